@@ -1,0 +1,27 @@
+export { RateLimitModule } from './rate-limit.module.js';
+export { RATE_LIMIT_OPTIONS } from './rate-limit.module-definition.js';
+export type {
+  FailureMode,
+  RateLimitKeyOptions,
+  RateLimitModuleOptions,
+  ResolvedRateLimitOptions,
+  StandardHeaders,
+} from './rate-limit.options.js';
+export type { BucketDecision, BucketPolicy, KeyBy, RateLimitPolicy } from './rate-limit.interfaces.js';
+export { RateLimit } from './decorators/rate-limit.decorator.js';
+export { SkipRateLimit } from './decorators/skip-rate-limit.decorator.js';
+export {
+  BucketService,
+  RateLimitUnavailableError,
+  type BucketEntry,
+  type Verdict,
+  type VerdictSource,
+} from './bucket/bucket.service.js';
+export { RateLimitGuard, type RateLimitState } from './guards/rate-limit.guard.js';
+export { RateLimitHeadersInterceptor } from './interceptors/rate-limit-headers.interceptor.js';
+export { RateLimitException } from './rate-limit.exception.js';
+export { RateLimitTimeoutError } from './bucket/with-timeout.js';
+export { BucketStore, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';
+export { MemoryBucketStore } from './stores/memory-bucket.store.js';
+export { RedisBucketStore } from './stores/redis-bucket.store.js';
+export { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from './rate-limit.constants.js';

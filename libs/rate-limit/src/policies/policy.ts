@@ -1,0 +1,73 @@
+import type { BucketPolicy, KeyBy, RateLimitPolicy } from '../rate-limit.interfaces.js';
+import { SAFE_IDENTITY } from '../rate-limit.constants.js';
+
+const KEY_BY_NAMES: readonly string[] = ['ip', 'user', 'apiKey'];
+
+/** A route policy checked and resolved once, at start-up. */
+export interface CompiledPolicy extends BucketPolicy {
+  cost: number;
+  keyBy: KeyBy;
+  /** The policy `name`, or `Controller.handler`: the bucket's scope and its draft-8 name. */
+  scope: string;
+  /** What follows the identity in the key: `}:<scope>`. */
+  keySuffix: string;
+}
+
+function describe(value: unknown): string {
+  return typeof value === 'string' ? JSON.stringify(value) : String(value);
+}
+
+/** Checks the bucket numbers; `where` names the route or call in the error. */
+export function assertBucketPolicy(policy: BucketPolicy, where: string, label = '@RateLimit'): void {
+  if (typeof policy !== 'object' || policy === null) {
+    throw new Error(`${label} needs { capacity, refillPerSecond } (got ${describe(policy)}) on ${where}`);
+  }
+  const { capacity, refillPerSecond } = policy;
+  if (typeof capacity !== 'number' || !Number.isInteger(capacity) || capacity < 1) {
+    throw new Error(`${label} capacity must be an integer >= 1 (got ${describe(capacity)}) on ${where}`);
+  }
+  if (typeof refillPerSecond !== 'number' || !Number.isFinite(refillPerSecond) || refillPerSecond <= 0) {
+    throw new Error(
+      `${label} refillPerSecond must be a finite number > 0 (got ${describe(refillPerSecond)}) on ${where}`,
+    );
+  }
+}
+
+/** Checks a cost against its bucket. */
+export function assertCost(cost: unknown, capacity: number, where: string, label = '@RateLimit'): void {
+  if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1 || cost > capacity) {
+    throw new Error(
+      `${label} cost must be an integer from 1 to capacity ${capacity} (got ${describe(cost)}) on ${where}`,
+    );
+  }
+}
+
+/**
+ * Validates a route policy and resolves its defaults; throws an error that names the route.
+ * `defaultScope` is the bucket scope of an unnamed policy.
+ */
+export function compilePolicy(policy: RateLimitPolicy, route: string, defaultScope = route): CompiledPolicy {
+  assertBucketPolicy(policy, route);
+  const cost = policy.cost ?? 1;
+  assertCost(cost, policy.capacity, route);
+  const keyBy = policy.keyBy ?? 'ip';
+  if (typeof keyBy !== 'function' && !KEY_BY_NAMES.includes(keyBy)) {
+    throw new Error(
+      `@RateLimit keyBy must be 'ip', 'user', 'apiKey' or a function (got ${describe(keyBy)}) on ${route}`,
+    );
+  }
+  if (policy.name !== undefined && (typeof policy.name !== 'string' || !SAFE_IDENTITY.test(policy.name))) {
+    throw new Error(
+      `@RateLimit name must be 1-64 characters of A-Z a-z 0-9 . _ : @ - (got ${describe(policy.name)}) on ${route}`,
+    );
+  }
+  const scope = policy.name ?? defaultScope;
+  return {
+    capacity: policy.capacity,
+    refillPerSecond: policy.refillPerSecond,
+    cost,
+    keyBy,
+    scope,
+    keySuffix: `}:${scope}`,
+  };
+}

@@ -1,0 +1,31 @@
+/** Metadata key under which `@RateLimit()` stores its policies (an array, outermost decorator first). */
+export const RATE_LIMIT_POLICIES = 'RATE_LIMIT:POLICIES';
+/** Metadata key set by `@SkipRateLimit()`. */
+export const RATE_LIMIT_SKIP = 'RATE_LIMIT:SKIP';
+/** Property of the request object where the guard leaves its verdict for the header interceptor. */
+export const RATE_LIMIT_VERDICT = Symbol('RATE_LIMIT:VERDICT');
+
+export const DEFAULT_KEY_PREFIX = 'rl:';
+export const DEFAULT_TIMEOUT_MS = 100;
+export const DEFAULT_API_KEY_HEADER = 'x-api-key';
+/** How often a degraded store logs a warning while decisions keep failing. */
+export const FAILURE_LOG_INTERVAL_MS = 10_000;
+/** How long start-up waits for a Redis connection the module created before going on without it. */
+export const CONNECT_WAIT_MS = 1_000;
+
+/** Identities and names made only of these characters (and not longer than the bound) appear in key names as they are. */
+export const SAFE_IDENTITY = /^[A-Za-z0-9._:@-]{1,64}$/;
+/** Hex digits of the SHA-256 digest kept when an identity or API key is hashed. */
+export const DIGEST_LENGTH = 32;
+
+export const HEADERS = {
+  legacyLimit: 'X-RateLimit-Limit',
+  legacyRemaining: 'X-RateLimit-Remaining',
+  legacyReset: 'X-RateLimit-Reset',
+  limit: 'RateLimit-Limit',
+  remaining: 'RateLimit-Remaining',
+  reset: 'RateLimit-Reset',
+  policy: 'RateLimit-Policy',
+  combined: 'RateLimit',
+  retryAfter: 'Retry-After',
+} as const;

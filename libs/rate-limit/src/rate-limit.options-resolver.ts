@@ -1,0 +1,53 @@
+import {
+  DEFAULT_API_KEY_HEADER,
+  DEFAULT_KEY_PREFIX,
+  DEFAULT_TIMEOUT_MS,
+} from './rate-limit.constants.js';
+import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
+
+const STORES = ['redis', 'memory'] as const;
+const FAILURE_MODES = ['open', 'closed', 'local'] as const;
+const STANDARD_HEADERS = ['draft-6', 'draft-7', 'draft-8', false] as const;
+
+function oneOf<T>(name: string, value: unknown, allowed: readonly T[], fallback: T): T {
+  if (value === undefined) return fallback;
+  if (!allowed.includes(value as T)) {
+    const list = allowed.map((v) => (typeof v === 'string' ? `'${v}'` : String(v))).join(', ');
+    throw new Error(`RateLimitModule: ${name} must be one of ${list} (got ${JSON.stringify(value)})`);
+  }
+  return value as T;
+}
+
+/** Applies defaults and rejects invalid module options with a message that says what to change. */
+export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRateLimitOptions {
+  const keyPrefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
+  if (typeof keyPrefix !== 'string' || /[{}\s]/.test(keyPrefix) || keyPrefix.length > 64) {
+    throw new Error(
+      `RateLimitModule: keyPrefix must be at most 64 characters without braces or white space (got ${JSON.stringify(keyPrefix)})`,
+    );
+  }
+  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+    throw new Error(`RateLimitModule: timeoutMs must be a finite number > 0 (got ${String(timeoutMs)})`);
+  }
+  const apiKeyHeader = options.keys?.apiKeyHeader ?? DEFAULT_API_KEY_HEADER;
+  if (typeof apiKeyHeader !== 'string' || !/^[A-Za-z0-9-]+$/.test(apiKeyHeader)) {
+    throw new Error(`RateLimitModule: keys.apiKeyHeader must be a header name (got ${JSON.stringify(apiKeyHeader)})`);
+  }
+  if (options.keys?.user !== undefined && typeof options.keys.user !== 'function') {
+    throw new Error('RateLimitModule: keys.user must be a function (request) => string | undefined');
+  }
+  const defaults = options.defaults === undefined ? [] : [options.defaults].flat();
+  return {
+    redis: options.redis ?? 'redis://127.0.0.1:6379',
+    store: oneOf('store', options.store, STORES, 'redis'),
+    keyPrefix,
+    failureMode: oneOf('failureMode', options.failureMode, FAILURE_MODES, 'open'),
+    timeoutMs,
+    legacyHeaders: options.legacyHeaders ?? true,
+    standardHeaders: oneOf('standardHeaders', options.standardHeaders, STANDARD_HEADERS, 'draft-6'),
+    apiKeyHeader: apiKeyHeader.toLowerCase(),
+    user: options.keys?.user,
+    defaults,
+  };
+}

@@ -1,0 +1,49 @@
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { RateLimitPolicy } from './rate-limit.interfaces.js';
+
+export type FailureMode = 'open' | 'closed' | 'local';
+export type StandardHeaders = 'draft-6' | 'draft-7' | 'draft-8' | false;
+
+/** How the limiter finds the identity behind a request. */
+export interface RateLimitKeyOptions {
+  /** Request header that carries the API key for `keyBy: 'apiKey'`. Default `'x-api-key'`. */
+  apiKeyHeader?: string;
+  /** The user id for `keyBy: 'user'`. Default: `req.user.id`. */
+  user?: (request: any) => string | number | undefined;
+}
+
+/** Options of `RateLimitModule.forRoot()` / `forRootAsync()`. */
+export interface RateLimitModuleOptions {
+  /** Redis URL, ioredis options, or a client you own (Redis or Cluster; you close it). Default `'redis://127.0.0.1:6379'`. */
+  redis?: string | RedisOptions | Redis | Cluster;
+  /** `'redis'` (default) shares buckets across instances; `'memory'` keeps them in this process only. */
+  store?: 'redis' | 'memory';
+  /** Prefix of every Redis key the limiter writes. Default `'rl:'`. */
+  keyPrefix?: string;
+  /** What a request gets when Redis errors or times out: `'open'` (default) allows, `'closed'` answers 503, `'local'` uses an in-process bucket. */
+  failureMode?: FailureMode;
+  /** Longest wait for one decision from Redis, in ms. Default 100. */
+  timeoutMs?: number;
+  /** Send `X-RateLimit-Limit`, `-Remaining` and `-Reset`. Default true. */
+  legacyHeaders?: boolean;
+  /** Which IETF draft's `RateLimit*` headers to send, or false for none. Default `'draft-6'`. */
+  standardHeaders?: StandardHeaders;
+  /** Where identities come from. */
+  keys?: RateLimitKeyOptions;
+  /** Policies for every HTTP route that has no `@RateLimit()` of its own. Default: none (unlimited). */
+  defaults?: RateLimitPolicy | RateLimitPolicy[];
+}
+
+/** The options after defaults are applied. */
+export interface ResolvedRateLimitOptions {
+  redis: string | RedisOptions | Redis | Cluster;
+  store: 'redis' | 'memory';
+  keyPrefix: string;
+  failureMode: FailureMode;
+  timeoutMs: number;
+  legacyHeaders: boolean;
+  standardHeaders: StandardHeaders;
+  apiKeyHeader: string;
+  user?: (request: any) => string | number | undefined;
+  defaults: RateLimitPolicy[];
+}

@@ -1,0 +1,27 @@
+import type { BucketRequest } from '../bucket/token-bucket.js';
+
+/** The outcome of one atomic decision over one or more buckets. */
+export interface TakeResult {
+  /** True when every bucket had its cost and all were drained; false when none was touched. */
+  allowed: boolean;
+  /** Tokens each bucket holds afterwards, in request order (fractional). */
+  tokens: number[];
+}
+
+export interface TakeOptions {
+  /** Compute without taking anything (peek). */
+  dryRun?: boolean;
+  /** Clock override in ms, for deterministic tests only. Default: the store's clock (Redis TIME). */
+  now?: number;
+}
+
+/** Where buckets live. The Redis store is shared by every instance; the memory store by one process. */
+export interface BucketStore {
+  /** Drains all buckets or none, atomically. */
+  take(requests: readonly BucketRequest[], options?: TakeOptions): Promise<TakeResult>;
+  /** Forgets buckets, so they start full. */
+  delete(keys: readonly string[]): Promise<void>;
+  /** True when decisions may fail or hang (a remote store), so they need a timeout. */
+  readonly remote: boolean;
+}
+export const BucketStore = Symbol('BucketStore');

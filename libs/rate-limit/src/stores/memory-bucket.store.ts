@@ -1,0 +1,80 @@
+import {
+  type BucketRequest,
+  type BucketState,
+  idleTtlMs,
+  nextTimestamp,
+  refill,
+} from '../bucket/token-bucket.js';
+import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
+
+interface StoredBucket extends BucketState {
+  expiresAt: number;
+}
+
+/** Entries written between two sweeps of expired buckets; keeps memory bounded by the active buckets. */
+const SWEEP_EVERY = 10_000;
+
+/**
+ * Buckets in this process: the same algorithm as the Redis script, for one instance (development,
+ * tests, the demo's fallback) and for `failureMode: 'local'`.
+ */
+export class MemoryBucketStore implements BucketStore {
+  readonly remote = false;
+  private readonly buckets = new Map<string, StoredBucket>();
+  private writesSinceSweep = 0;
+
+  constructor(private readonly clock: () => number = Date.now) {}
+
+  take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult> {
+    return Promise.resolve(this.takeSync(requests, options));
+  }
+
+  takeSync(requests: readonly BucketRequest[], options: TakeOptions = {}): TakeResult {
+    const now = options.now ?? this.clock();
+    const states = requests.map((request) => this.read(request.key, now));
+    const tokens = requests.map((request, i) => refill(states[i], request, now));
+    const allowed = requests.every((request, i) => tokens[i] >= request.cost);
+    if (allowed && !options.dryRun) {
+      requests.forEach((request, i) => {
+        tokens[i] -= request.cost;
+        this.write(request.key, {
+          tokens: tokens[i],
+          ts: nextTimestamp(states[i], now),
+          expiresAt: now + idleTtlMs(request),
+        }, now);
+      });
+    }
+    return { allowed, tokens };
+  }
+
+  delete(keys: readonly string[]): Promise<void> {
+    for (const key of keys) this.buckets.delete(key);
+    return Promise.resolve();
+  }
+
+  /** Buckets currently held (expired ones may linger until the next sweep). */
+  get size(): number {
+    return this.buckets.size;
+  }
+
+  private read(key: string, now: number): StoredBucket | undefined {
+    const bucket = this.buckets.get(key);
+    if (bucket !== undefined && bucket.expiresAt <= now) {
+      this.buckets.delete(key);
+      return undefined;
+    }
+    return bucket;
+  }
+
+  private write(key: string, bucket: StoredBucket, now: number): void {
+    this.buckets.set(key, bucket);
+    if (++this.writesSinceSweep >= SWEEP_EVERY) this.sweep(now);
+  }
+
+  private sweep(now: number): void {
+    this.writesSinceSweep = 0;
+    for (const [key, bucket] of this.buckets) {
+      if (bucket.expiresAt <= now) this.buckets.delete(key);
+    }
+  }
+}

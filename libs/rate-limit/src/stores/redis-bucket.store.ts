@@ -1,0 +1,168 @@
+import { Logger, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import type { BucketRequest } from '../bucket/token-bucket.js';
+import { CONNECT_WAIT_MS } from '../rate-limit.constants.js';
+import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
+import { TOKEN_BUCKET_COMMAND, TOKEN_BUCKET_LUA, type TokenBucketMode } from './token-bucket.script.js';
+
+type RedisClient = Redis | Cluster;
+type ScriptCommand = (...args: (string | number)[]) => Promise<unknown>;
+
+function isClient(value: unknown): value is RedisClient {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as RedisClient).defineCommand === 'function' &&
+    typeof (value as RedisClient).status === 'string'
+  );
+}
+
+/** Builds the client for a URL or options, or takes the caller's client as it is. */
+export function createRedisClient(redis: string | RedisOptions | RedisClient): {
+  client: RedisClient;
+  owned: boolean;
+} {
+  if (isClient(redis)) return { client: redis, owned: false };
+  // A dead Redis must fail a decision at once, not queue it and replay it minutes later.
+  const failFast: RedisOptions = { enableOfflineQueue: false, maxRetriesPerRequest: 1 };
+  if (typeof redis === 'string') {
+    let url: URL;
+    try {
+      url = new URL(redis);
+    } catch {
+      throw new Error(`RateLimitModule: redis must be a redis:// or rediss:// URL (got "${redis}")`);
+    }
+    if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
+      throw new Error(`RateLimitModule: redis must be a redis:// or rediss:// URL (got "${redis}")`);
+    }
+    return { client: new Redis(redis, failFast), owned: true };
+  }
+  return { client: new Redis({ ...redis, ...failFast }), owned: true };
+}
+
+/** The first `{...}` of a key: what Redis Cluster hashes to pick the slot. */
+function hashTag(key: string): string {
+  const open = key.indexOf('{');
+  const close = key.indexOf('}', open + 1);
+  return open >= 0 && close > open + 1 ? key.slice(open + 1, close) : key;
+}
+
+/**
+ * Buckets in Redis, decided by one EVALSHA of the token-bucket script per decision.
+ * On a Cluster, buckets of one identity share a hash tag and are decided together; buckets of
+ * different identities are decided group by group, and a denial gives back what earlier groups took.
+ */
+export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDestroy {
+  readonly remote = true;
+  private readonly logger = new Logger('RateLimit');
+  private readonly script: ScriptCommand;
+
+  constructor(
+    readonly client: RedisClient,
+    private readonly owned: boolean,
+  ) {
+    client.defineCommand(TOKEN_BUCKET_COMMAND, { lua: TOKEN_BUCKET_LUA });
+    const command = (client as unknown as Record<string, ScriptCommand>)[TOKEN_BUCKET_COMMAND];
+    this.script = command.bind(client);
+    // Errors surface through the decisions that fail; an unhandled 'error' event would only add noise.
+    if (owned) client.on('error', () => undefined);
+  }
+
+  async onModuleInit(): Promise<void> {
+    if (!this.owned || this.client.status === 'ready') return;
+    const ready = await new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => done(false), CONNECT_WAIT_MS);
+      const onReady = () => done(true);
+      const done = (value: boolean) => {
+        clearTimeout(timer);
+        this.client.off('ready', onReady);
+        resolve(value);
+      };
+      this.client.once('ready', onReady);
+    });
+    if (!ready) {
+      this.logger.warn('Redis is not reachable yet; decisions follow failureMode until it answers');
+    }
+  }
+
+  async onModuleDestroy(): Promise<void> {
+    if (!this.owned) return;
+    await this.client.quit().catch(() => this.client.disconnect());
+  }
+
+  async take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult> {
+    const mode: TokenBucketMode = options.dryRun ? 'peek' : 'take';
+    if (!(this.client instanceof Cluster) || requests.length < 2) {
+      return this.run(requests, mode, options.now);
+    }
+    const groups = new Map<string, number[]>();
+    requests.forEach((request, i) => {
+      const tag = hashTag(request.key);
+      const group = groups.get(tag);
+      if (group) group.push(i);
+      else groups.set(tag, [i]);
+    });
+    if (groups.size === 1) return this.run(requests, mode, options.now);
+    return this.takeByGroup(requests, [...groups.values()], mode, options.now);
+  }
+
+  async delete(keys: readonly string[]): Promise<void> {
+    // One DEL per key: on a Cluster, keys of different slots cannot share a command.
+    await Promise.all(keys.map((key) => this.client.del(key)));
+  }
+
+  private async takeByGroup(
+    requests: readonly BucketRequest[],
+    groups: number[][],
+    mode: TokenBucketMode,
+    now: number | undefined,
+  ): Promise<TakeResult> {
+    const tokens = new Array<number>(requests.length);
+    const pick = (group: number[]) => group.map((i) => requests[i]);
+    const record = (group: number[], result: TakeResult) =>
+      group.forEach((i, j) => (tokens[i] = result.tokens[j]));
+    for (let g = 0; g < groups.length; g++) {
+      const result = await this.run(pick(groups[g]), mode, now);
+      record(groups[g], result);
+      if (!result.allowed) {
+        const earlier = groups.slice(0, g);
+        const later = groups.slice(g + 1);
+        const [refunded, peeked] = await Promise.all([
+          Promise.all(earlier.map((group) => this.run(pick(group), mode === 'take' ? 'refund' : 'peek', now))),
+          Promise.all(later.map((group) => this.run(pick(group), 'peek', now))),
+        ]);
+        earlier.forEach((group, k) => record(group, refunded[k]));
+        later.forEach((group, k) => record(group, peeked[k]));
+        return { allowed: false, tokens };
+      }
+    }
+    return { allowed: true, tokens };
+  }
+
+  private async run(
+    requests: readonly BucketRequest[],
+    mode: TokenBucketMode,
+    now: number | undefined,
+  ): Promise<TakeResult> {
+    const args: (string | number)[] = [requests.length];
+    for (const request of requests) args.push(request.key);
+    args.push(now === undefined ? '' : now, mode);
+    for (const request of requests) args.push(request.capacity, request.refillPerSecond, request.cost);
+    return parseReply(await this.script(...args), requests.length);
+  }
+}
+
+function parseReply(reply: unknown, buckets: number): TakeResult {
+  if (!Array.isArray(reply) || reply.length !== buckets + 1) {
+    throw new TypeError(`token-bucket script: expected ${buckets + 1} values, got ${JSON.stringify(reply)}`);
+  }
+  const tokens = new Array<number>(buckets);
+  for (let i = 0; i < buckets; i++) {
+    const value = Number(reply[i + 1]);
+    if (!Number.isFinite(value)) {
+      throw new TypeError(`token-bucket script: tokens must be numeric, got ${JSON.stringify(reply[i + 1])}`);
+    }
+    tokens[i] = value;
+  }
+  return { allowed: Number(reply[0]) === 1, tokens };
+}
