@@ -14,7 +14,10 @@ import { gatewayRateLimitOptions } from './redis-probe.js';
       imports: [ConfigModule],
       inject: [ConfigService],
       useFactory: (config: ConfigService) =>
-        gatewayRateLimitOptions(config.get<string>('REDIS_URL') ?? 'redis://127.0.0.1:6379'),
+        gatewayRateLimitOptions(
+          config.get<string>('REDIS_URL') ?? 'redis://127.0.0.1:6379',
+          config.get<string>('RATE_LIMIT_PREFIX'),
+        ),
     }),
   ],
   controllers: [HelloController, AuthController, QuotaController, HealthController],
