@@ -16,6 +16,8 @@ export async function pingRedis(url: string, timeoutMs = 1000): Promise<boolean>
     lazyConnect: true,
     enableOfflineQueue: false,
     connectTimeout: timeoutMs,
+    // A failed socket is already closed: don't keep a 2 s destroy timer alive after disconnect().
+    disconnectTimeout: 10,
     maxRetriesPerRequest: 0,
     retryStrategy: () => null,
   });
@@ -182,4 +184,9 @@ export async function commandCalls(client: Redis, command: string): Promise<numb
   const info = await client.info('commandstats');
   const match = new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(info);
   return match ? Number(match[1]) : 0;
+}
+
+/** Script runs since the server started: EVALSHA, plus EVAL (ioredis sends the body once after NOSCRIPT). */
+export async function scriptCalls(client: Redis): Promise<number> {
+  return (await commandCalls(client, 'evalsha')) + (await commandCalls(client, 'eval'));
 }

@@ -8,6 +8,8 @@ export async function redisAnswers(url: string, timeoutMs = 1000): Promise<boole
     lazyConnect: true,
     enableOfflineQueue: false,
     connectTimeout: timeoutMs,
+    // A failed socket is already closed: don't keep a 2 s destroy timer alive after disconnect().
+    disconnectTimeout: 10,
     maxRetriesPerRequest: 0,
     retryStrategy: () => null,
   });
