@@ -24,7 +24,7 @@ export function createRedisClient(redis: string | RedisOptions | RedisClient): {
 } {
   if (isClient(redis)) return { client: redis, owned: false };
   // A dead Redis must fail a decision at once, not queue it and replay it minutes later.
-  const failFast: RedisOptions = { enableOfflineQueue: false, maxRetriesPerRequest: 1 };
+  const failFast: RedisOptions = { enableOfflineQueue: false, maxRetriesPerRequest: 1, disconnectTimeout: 100 };
   if (typeof redis === 'string') {
     let url: URL;
     try {
