@@ -1,0 +1,45 @@
+import { createHash } from 'node:crypto';
+import { apiKeyIdentity, identity, ipIdentity, routeKey, serviceKey } from './identity.js';
+
+const sha = (value: string) => createHash('sha256').update(value).digest('hex').slice(0, 32);
+
+describe('identities', () => {
+  it.each([
+    ['203.0.113.7', 'ip:203.0.113.7'],
+    ['::ffff:203.0.113.7', 'ip:203.0.113.7'],
+    ['::FFFF:10.0.0.1', 'ip:10.0.0.1'],
+    ['2001:db8:abcd:12:1:2:3:4', 'ip:2001:db8:abcd:12::'],
+    ['2001:db8:abcd:12::99', 'ip:2001:db8:abcd:12::'],
+    ['2001:0db8:0000:0012:ffff::1', 'ip:2001:db8:0:12::'],
+    ['2001:db8::1', 'ip:2001:db8:0:0::'],
+    ['::1', 'ip:0:0:0:0::'],
+    ['fe80::1%eth0', 'ip:fe80:0:0:0::'],
+    ['64:ff9b::192.0.2.33', 'ip:64:ff9b:0:0::'],
+    [undefined, 'ip:unknown'],
+  ])('writes the address %s as %s', (address, expected) => {
+    expect(ipIdentity(address)).toBe(expected);
+  });
+
+  it('groups two addresses of one /64 and separates neighbouring /64s', () => {
+    expect(ipIdentity('2001:db8:1:2:aaaa::1')).toBe(ipIdentity('2001:db8:1:2:bbbb::2'));
+    expect(ipIdentity('2001:db8:1:2::1')).not.toBe(ipIdentity('2001:db8:1:3::1'));
+  });
+
+  it('hashes anything that is not a plain short value, so braces and newlines never reach a key', () => {
+    expect(identity('user', 'alice@example.com')).toBe('user:alice@example.com');
+    expect(identity('user', 'a}b{c')).toBe(`user~${sha('a}b{c')}`);
+    expect(identity('user', 'line\nbreak')).toBe(`user~${sha('line\nbreak')}`);
+    expect(identity('user', 'x'.repeat(65))).toBe(`user~${sha('x'.repeat(65))}`);
+    expect(identity('user', 'x'.repeat(64))).toBe(`user:${'x'.repeat(64)}`);
+  });
+
+  it('never writes an API key, only its truncated SHA-256', () => {
+    expect(apiKeyIdentity('sk_live_123')).toBe(`key:${sha('sk_live_123')}`);
+  });
+
+  it('builds route keys with the identity as hash tag and service keys from the bucket name', () => {
+    expect(routeKey('rl:', 'ip:1.2.3.4', '}:Ctrl.list')).toBe('rl:{ip:1.2.3.4}:Ctrl.list');
+    expect(serviceKey('rl:', 'user:42:export')).toBe('rl:{user:42:export}');
+    expect(serviceKey('rl:', 'has space')).toBe(`rl:{~${sha('has space')}}`);
+  });
+});

@@ -1,0 +1,28 @@
+import { resolveOptions } from './rate-limit.options-resolver.js';
+
+describe('module options', () => {
+  it('fills in every default', () => {
+    expect(resolveOptions({})).toMatchObject({
+      redis: 'redis://127.0.0.1:6379',
+      store: 'redis',
+      keyPrefix: 'rl:',
+      failureMode: 'open',
+      timeoutMs: 100,
+      legacyHeaders: true,
+      standardHeaders: 'draft-6',
+      apiKeyHeader: 'x-api-key',
+      defaults: [],
+    });
+  });
+
+  it.each([
+    [{ standardHeaders: 'draft-9' }, /standardHeaders must be one of 'draft-6', 'draft-7', 'draft-8', false \(got "draft-9"\)/],
+    [{ failureMode: 'retry' }, /failureMode must be one of 'open', 'closed', 'local'/],
+    [{ store: 'postgres' }, /store must be one of 'redis', 'memory'/],
+    [{ timeoutMs: 0 }, /timeoutMs must be a finite number > 0 \(got 0\)/],
+    [{ keyPrefix: 'a{b}' }, /keyPrefix must be at most 64 characters without braces/],
+    [{ keys: { apiKeyHeader: 'x api key' } }, /keys.apiKeyHeader must be a header name/],
+  ])('rejects %j with a message that says what is allowed', (options, message) => {
+    expect(() => resolveOptions(options as never)).toThrow(message);
+  });
+});
