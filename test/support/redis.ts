@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
+import { redisAnswers } from '@app/rate-limit';
 
 /**
  * Redis for tests, in this order: REDIS_URL; 127.0.0.1:6379 if it answers; a `redis-server` binary
@@ -11,26 +12,7 @@ import { Redis } from 'ioredis';
  */
 
 /** Answers whether PING succeeds at `url` within `timeoutMs`. */
-export async function pingRedis(url: string, timeoutMs = 1000): Promise<boolean> {
-  const client = new Redis(url, {
-    lazyConnect: true,
-    enableOfflineQueue: false,
-    connectTimeout: timeoutMs,
-    // A failed socket is already closed: don't keep a 2 s destroy timer alive after disconnect().
-    disconnectTimeout: 10,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-  });
-  client.on('error', () => undefined);
-  try {
-    await client.connect();
-    return (await client.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    client.disconnect();
-  }
-}
+export const pingRedis = redisAnswers;
 
 /** A free TCP port on the loopback interface. */
 export function freePort(): Promise<number> {

@@ -24,4 +24,5 @@ export { RateLimitTimeoutError } from './bucket/with-timeout.js';
 export { BucketStore, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';
 export { MemoryBucketStore } from './stores/memory-bucket.store.js';
 export { RedisBucketStore } from './stores/redis-bucket.store.js';
+export { redisAnswers } from './stores/redis-probe.js';
 export { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from './rate-limit.constants.js';
