@@ -80,12 +80,12 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
   });
 });
 
-describe('demo gateway without Redis', () => {
+describe.each(PLATFORMS)('demo gateway without Redis on %s', (platform) => {
   let app: INestApplication;
 
   beforeAll(async () => {
     process.env.REDIS_URL = `redis://127.0.0.1:${await freePort()}`;
-    app = await createApp(AppModule, 'express');
+    app = await createApp(AppModule, platform);
   });
 
   afterAll(async () => {

@@ -10,8 +10,12 @@ export const DEFAULT_TIMEOUT_MS = 100;
 export const DEFAULT_API_KEY_HEADER = 'x-api-key';
 /** How often a degraded store logs a warning while decisions keep failing. */
 export const FAILURE_LOG_INTERVAL_MS = 10_000;
+/** Buckets the deny cache of one instance remembers at most (about 100 bytes each). */
+export const DENY_CACHE_MAX_ENTRIES = 10_000;
 /** How long start-up waits for a Redis connection the module created before going on without it. */
 export const CONNECT_WAIT_MS = 1_000;
+/** Store failures in a row after which only one decision at a time waits for the store (the probe). */
+export const PROBE_AFTER_FAILURES = 3;
 
 /** Identities and names made only of these characters (and not longer than the bound) appear in key names as they are. */
 export const SAFE_IDENTITY = /^[A-Za-z0-9._:@-]{1,64}$/;

@@ -1,9 +1,8 @@
 import { Module } from '@nestjs/common';
-import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
+import { APP_GUARD, DiscoveryModule } from '@nestjs/core';
 import { BucketService } from './bucket/bucket.service.js';
 import { RateLimitGuard } from './guards/rate-limit.guard.js';
 import { RateLimitHeadersWriter } from './headers/rate-limit-headers.writer.js';
-import { RateLimitHeadersInterceptor } from './interceptors/rate-limit-headers.interceptor.js';
 import { PolicyRegistry } from './policies/policy-registry.js';
 import {
   ConfigurableRateLimitModule,
@@ -24,8 +23,9 @@ function createStore(options: ResolvedRateLimitOptions): BucketStore {
 
 /**
  * Distributed token-bucket rate limiting. `forRoot()` / `forRootAsync()` provide `BucketService` and
- * register the guard and the header interceptor for the whole application, so `@RateLimit()` on a
- * controller is all a route needs.
+ * register the guard (which also writes the headers) for the whole application, so `@RateLimit()` on a
+ * controller is all a route needs. No interceptor is registered: one on every route of the app would
+ * cost more than the limiter itself.
  */
 @Module({
   imports: [DiscoveryModule],
@@ -40,7 +40,6 @@ function createStore(options: ResolvedRateLimitOptions): BucketStore {
     PolicyRegistry,
     RateLimitHeadersWriter,
     { provide: APP_GUARD, useClass: RateLimitGuard },
-    { provide: APP_INTERCEPTOR, useClass: RateLimitHeadersInterceptor },
   ],
   exports: [BucketService],
 })

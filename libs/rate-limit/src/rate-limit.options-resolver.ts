@@ -38,6 +38,9 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     throw new Error('RateLimitModule: keys.user must be a function (request) => string | undefined');
   }
   const defaults = options.defaults === undefined ? [] : [options.defaults].flat();
+  if (options.denyCache !== undefined && typeof options.denyCache !== 'boolean') {
+    throw new Error(`RateLimitModule: denyCache must be true or false (got ${JSON.stringify(options.denyCache)})`);
+  }
   return {
     redis: options.redis ?? 'redis://127.0.0.1:6379',
     store: oneOf('store', options.store, STORES, 'redis'),
@@ -49,5 +52,6 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     apiKeyHeader: apiKeyHeader.toLowerCase(),
     user: options.keys?.user,
     defaults,
+    denyCache: options.denyCache ?? true,
   };
 }

@@ -32,6 +32,8 @@ export interface RateLimitModuleOptions {
   keys?: RateLimitKeyOptions;
   /** Policies for every HTTP route that has no `@RateLimit()` of its own. Default: none (unlimited). */
   defaults?: RateLimitPolicy | RateLimitPolicy[];
+  /** After Redis denies a bucket, deny it here without a Redis call until its next token can exist (only what Redis would deny). Default true. */
+  denyCache?: boolean;
 }
 
 /** The options after defaults are applied. */
@@ -46,4 +48,5 @@ export interface ResolvedRateLimitOptions {
   apiKeyHeader: string;
   user?: (request: any) => string | number | undefined;
   defaults: RateLimitPolicy[];
+  denyCache: boolean;
 }

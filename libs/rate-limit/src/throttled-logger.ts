@@ -1,34 +1,38 @@
 import { Logger } from '@nestjs/common';
 import { FAILURE_LOG_INTERVAL_MS } from './rate-limit.constants.js';
 
-/** A warning logged at most once per interval, with a count of what it held back. */
+type Level = 'warn' | 'log';
+
+/**
+ * Messages of each level logged at most once per interval, with a count of what was held back: a
+ * failing store or a flapping one must not write a line per request.
+ */
 export class ThrottledLogger {
   private readonly logger: Logger;
-  private last = 0;
-  private held = 0;
+  private readonly last: Record<Level, number> = { warn: -Infinity, log: -Infinity };
+  private readonly held: Record<Level, number> = { warn: 0, log: 0 };
 
   constructor(context: string, private readonly intervalMs = FAILURE_LOG_INTERVAL_MS) {
     this.logger = new Logger(context);
   }
 
   warn(message: string): void {
-    const now = Date.now();
-    if (now - this.last < this.intervalMs) {
-      this.held++;
-      return;
-    }
-    this.logger.warn(this.held > 0 ? `${message} (${this.held} more like it since the last warning)` : message);
-    this.last = now;
-    this.held = 0;
-  }
-
-  /** Lets the next warning through at once (after a recovery, say). */
-  rearm(): void {
-    this.last = 0;
-    this.held = 0;
+    this.emit('warn', message);
   }
 
   log(message: string): void {
-    this.logger.log(message);
+    this.emit('log', message);
+  }
+
+  private emit(level: Level, message: string): void {
+    const now = Date.now();
+    if (now - this.last[level] < this.intervalMs) {
+      this.held[level]++;
+      return;
+    }
+    const held = this.held[level];
+    this.logger[level](held > 0 ? `${message} (${held} more like it since the last one)` : message);
+    this.last[level] = now;
+    this.held[level] = 0;
   }
 }

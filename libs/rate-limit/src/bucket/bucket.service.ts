@@ -1,19 +1,23 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { BucketDecision, BucketPolicy } from '../rate-limit.interfaces.js';
+import { PROBE_AFTER_FAILURES } from '../rate-limit.constants.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
-import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
+import type { FailureMode, ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import { serviceKey } from '../keys/identity.js';
 import { ThrottledLogger } from '../throttled-logger.js';
 import { assertBucketPolicy, assertCost } from '../policies/policy.js';
-import { BucketStore, type TakeResult } from '../stores/bucket-store.interface.js';
+import { BucketStore, type TakeOptions, type TakeResult } from '../stores/bucket-store.interface.js';
 import { MemoryBucketStore } from '../stores/memory-bucket.store.js';
+import { DenyCache } from './deny-cache.js';
 import { type BucketRequest, toDecision } from './token-bucket.js';
-import { withTimeout } from './with-timeout.js';
+import { Deadlines, withTimeout } from './with-timeout.js';
 
 /** How a verdict was reached. */
 export type VerdictSource =
   /** The configured store answered. */
   | 'store'
+  /** Denied in process: the store denied this bucket recently and it cannot have refilled yet (`denyCache`). */
+  | 'cache'
   /** The store failed; an in-process bucket decided (`failureMode: 'local'`). */
   | 'local'
   /** The store failed; allowed without a decision (`failureMode: 'open'`). */
@@ -37,6 +41,13 @@ export interface BucketEntry {
   cost?: number;
 }
 
+/** What a request gets while the store fails, per `failureMode`, for the log. */
+const FAILURE_EFFECT: Record<FailureMode, string> = {
+  open: 'requests are allowed without a limit',
+  closed: 'requests are refused (503)',
+  local: 'requests are limited by in-process buckets',
+};
+
 /** The store could not decide and `failureMode` is `'closed'`. */
 export class RateLimitUnavailableError extends Error {
   constructor(cause: unknown) {
@@ -53,12 +64,24 @@ export class RateLimitUnavailableError extends Error {
 export class BucketService {
   private readonly logger = new ThrottledLogger('RateLimit');
   private readonly local = new MemoryBucketStore();
-  private failing = false;
+  /** Store calls that failed since the last one that succeeded. */
+  private failuresInARow = 0;
+  /** A probe (a decision asking a store that keeps failing) is on its way. */
+  private probing = false;
+  /** Decisions `failureMode` made in the current outage, for the recovery log line. */
+  private degraded = 0;
+  /** Denials this instance can repeat without asking the store; undefined when off or the store is local. */
+  private readonly denyCache: DenyCache | undefined;
+  /** The timeout of every decision, one timer for all of them. */
+  private readonly deadlines: Deadlines;
 
   constructor(
     @Inject(BucketStore) private readonly store: BucketStore,
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
-  ) {}
+  ) {
+    this.denyCache = options.denyCache && store.remote ? new DenyCache() : undefined;
+    this.deadlines = new Deadlines(options.timeoutMs);
+  }
 
   /**
    * Takes `cost` tokens from the bucket `name` if it has them. With `failureMode: 'closed'` a store
@@ -86,6 +109,7 @@ export class BucketService {
   /** Makes the bucket `name` full again. */
   async reset(name: string): Promise<void> {
     const keys = [serviceKey(this.options.keyPrefix, name)];
+    this.denyCache?.forget(keys[0]);
     await this.local.delete(keys);
     const deleted = this.store.delete(keys);
     await (this.store.remote ? withTimeout(deleted, this.options.timeoutMs) : deleted);
@@ -93,36 +117,46 @@ export class BucketService {
 
   /**
    * One atomic decision over `requests`, never waiting longer than `timeoutMs` for a remote store.
-   * When the store fails, `failureMode` decides.
+   * When the store fails, `failureMode` decides. Once it has failed several times in a row, one
+   * decision at a time asks it (the probe) and the others follow `failureMode` at once: a hung Redis
+   * costs one request per `timeoutMs` a wait instead of every request, and no pile of stale commands
+   * builds up for it. A single slow reply does not trip this. The first call that succeeds ends the
+   * outage; no timer, no restart.
    */
   async decide(requests: readonly BucketRequest[], dryRun = false): Promise<Verdict> {
+    const cache = dryRun ? undefined : this.denyCache;
+    const sentAt = cache === undefined ? 0 : cache.now();
+    const denied = cache?.deny(requests, sentAt);
+    if (denied !== undefined) return toVerdict(requests, { allowed: false, tokens: denied }, 'cache');
     const options = dryRun ? { dryRun } : undefined;
-    let result: TakeResult;
-    let source: VerdictSource = 'store';
+    const probe = this.failuresInARow >= PROBE_AFTER_FAILURES;
+    if (probe && this.probing) return this.fallback(requests, options);
+    if (probe) this.probing = true;
     try {
-      result = this.store.remote
-        ? await withTimeout(this.store.take(requests, options), this.options.timeoutMs)
+      const result = this.store.remote
+        ? await this.deadlines.race(this.store.take(requests, options))
         : await this.store.take(requests, options);
-      if (this.failing) this.recovered();
+      if (this.failuresInARow > 0) this.recovered();
+      cache?.learn(requests, result, sentAt);
+      return toVerdict(requests, result, 'store');
     } catch (error) {
       this.failed(error);
-      source = this.options.failureMode;
-      if (source === 'local') {
-        result = this.local.takeSync(requests, options);
-      } else {
-        const allowed = source === 'open';
-        return {
-          allowed,
-          source,
-          decisions: requests.map((r) => toDecision(r, allowed ? r.capacity - r.cost : 0, r.cost, allowed)),
-        };
-      }
+      return this.fallback(requests, options);
+    } finally {
+      if (probe) this.probing = false;
     }
-    const { allowed, tokens } = result;
+  }
+
+  /** The verdict `failureMode` gives while the store cannot decide. */
+  private fallback(requests: readonly BucketRequest[], options: TakeOptions | undefined): Verdict {
+    this.degraded++;
+    const source = this.options.failureMode;
+    if (source === 'local') return toVerdict(requests, this.local.takeSync(requests, options), 'local');
+    const allowed = source === 'open';
     return {
       allowed,
       source,
-      decisions: requests.map((r, i) => toDecision(r, tokens[i], r.cost, allowed)),
+      decisions: requests.map((r) => toDecision(r, allowed ? r.capacity - r.cost : 0, r.cost, allowed)),
     };
   }
 
@@ -139,16 +173,24 @@ export class BucketService {
   }
 
   private failed(error: unknown): void {
-    this.failing = true;
+    this.failuresInARow++;
     this.logger.warn(
       `Rate-limit store failed: ${error instanceof Error ? error.message : String(error)}; ` +
-        `failureMode '${this.options.failureMode}' decides until it answers again`,
+        `${FAILURE_EFFECT[this.options.failureMode]} until it answers again (failureMode '${this.options.failureMode}')`,
     );
   }
 
   private recovered(): void {
-    this.failing = false;
-    this.logger.rearm();
-    this.logger.log('Rate-limit store answers again');
+    this.failuresInARow = 0;
+    const degraded = this.degraded;
+    this.degraded = 0;
+    this.logger.log(
+      `Rate-limit store answers again; ${degraded} decision(s) followed failureMode '${this.options.failureMode}' meanwhile`,
+    );
   }
+}
+
+function toVerdict(requests: readonly BucketRequest[], result: TakeResult, source: VerdictSource): Verdict {
+  const { allowed, tokens } = result;
+  return { allowed, source, decisions: requests.map((r, i) => toDecision(r, tokens[i], r.cost, allowed)) };
 }

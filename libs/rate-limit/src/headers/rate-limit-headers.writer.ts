@@ -15,10 +15,21 @@ type HeaderTarget = {
   setHeader?: (name: string, value: string) => unknown;
 };
 
-/** Sets a header on an Express response or a Fastify reply. */
-function setHeader(response: HeaderTarget, name: string, value: string | number): void {
-  if (typeof response.header === 'function') response.header(name, String(value));
-  else response.setHeader?.(name, String(value));
+/** Sets a header on a Node response (Express) or a Fastify reply. */
+function setHeader(response: HeaderTarget, name: string, value: string): void {
+  // Express's res.header() adds nothing but work on top of Node's setHeader for these names.
+  if (typeof response.setHeader === 'function') response.setHeader(name, value);
+  else response.header?.(name, value);
+}
+
+/** What the headers say about a route's policies that never changes: built once per route. */
+interface PolicyText {
+  /** draft-6 and draft-7 `RateLimit-Policy` of each policy: `B;w=<window>`. */
+  policy: string[];
+  /** draft-8 `RateLimit-Policy` of all of them. */
+  draft8Policy: string;
+  /** draft-8 `"<scope>";r=` of each policy. */
+  draft8Names: string[];
 }
 
 /** The policy the headers describe: the longest wait when denied, the fewest remaining when allowed (ties: the smaller capacity). */
@@ -44,6 +55,9 @@ function windowSeconds(policy: BucketPolicy): number {
  */
 @Injectable()
 export class RateLimitHeadersWriter {
+  /** Keyed by a route's policy list, which the registry builds once per route. */
+  private readonly texts = new WeakMap<readonly HeaderPolicy[], PolicyText>();
+
   constructor(@Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions) {}
 
   write(response: unknown, policies: readonly HeaderPolicy[], verdict: Verdict): void {
@@ -51,47 +65,56 @@ export class RateLimitHeadersWriter {
     if (verdict.source === 'open' || verdict.source === 'closed') return;
     const target = response as HeaderTarget;
     const { decisions, allowed } = verdict;
-    const i = mostRestrictive(decisions, allowed);
+    const text = this.textOf(policies);
+    const i = decisions.length === 1 ? 0 : mostRestrictive(decisions, allowed);
     const decision = decisions[i];
-    const policy = policies[i];
+    const limit = String(decision.limit);
+    const remaining = String(decision.remaining);
+    const reset = String(decision.resetSeconds);
     if (this.options.legacyHeaders) {
-      setHeader(target, HEADERS.legacyLimit, decision.limit);
-      setHeader(target, HEADERS.legacyRemaining, decision.remaining);
-      setHeader(target, HEADERS.legacyReset, decision.resetSeconds);
+      setHeader(target, HEADERS.legacyLimit, limit);
+      setHeader(target, HEADERS.legacyRemaining, remaining);
+      setHeader(target, HEADERS.legacyReset, reset);
     }
     switch (this.options.standardHeaders) {
       case 'draft-6':
-        setHeader(target, HEADERS.limit, decision.limit);
-        setHeader(target, HEADERS.remaining, decision.remaining);
-        setHeader(target, HEADERS.reset, decision.resetSeconds);
-        setHeader(target, HEADERS.policy, `${decision.limit};w=${windowSeconds(policy)}`);
+        setHeader(target, HEADERS.limit, limit);
+        setHeader(target, HEADERS.remaining, remaining);
+        setHeader(target, HEADERS.reset, reset);
+        setHeader(target, HEADERS.policy, text.policy[i]);
         break;
       case 'draft-7':
-        setHeader(
-          target,
-          HEADERS.combined,
-          `limit=${decision.limit}, remaining=${decision.remaining}, reset=${decision.resetSeconds}`,
-        );
-        setHeader(target, HEADERS.policy, `${decision.limit};w=${windowSeconds(policy)}`);
+        setHeader(target, HEADERS.combined, `limit=${limit}, remaining=${remaining}, reset=${reset}`);
+        setHeader(target, HEADERS.policy, text.policy[i]);
         break;
-      case 'draft-8':
-        setHeader(
-          target,
-          HEADERS.policy,
-          policies.map((p) => `"${p.scope}";q=${p.capacity};w=${windowSeconds(p)}`).join(', '),
-        );
-        setHeader(
-          target,
-          HEADERS.combined,
-          policies.map((p, j) => `"${p.scope}";r=${decisions[j].remaining};t=${decisions[j].resetSeconds}`).join(', '),
-        );
+      case 'draft-8': {
+        setHeader(target, HEADERS.policy, text.draft8Policy);
+        let combined = '';
+        for (let j = 0; j < decisions.length; j++) {
+          combined += `${j > 0 ? ', ' : ''}${text.draft8Names[j]}${decisions[j].remaining};t=${decisions[j].resetSeconds}`;
+        }
+        setHeader(target, HEADERS.combined, combined);
         break;
+      }
     }
-    if (!allowed) setHeader(target, HEADERS.retryAfter, decision.retryAfterSeconds);
+    if (!allowed) setHeader(target, HEADERS.retryAfter, String(decision.retryAfterSeconds));
   }
 
   /** `Retry-After` alone, for a 503 when the store cannot decide and failureMode is 'closed'. */
   writeRetryAfter(response: unknown, seconds: number): void {
-    setHeader(response as HeaderTarget, HEADERS.retryAfter, seconds);
+    setHeader(response as HeaderTarget, HEADERS.retryAfter, String(seconds));
+  }
+
+  private textOf(policies: readonly HeaderPolicy[]): PolicyText {
+    let text = this.texts.get(policies);
+    if (text === undefined) {
+      text = {
+        policy: policies.map((p) => `${p.capacity};w=${windowSeconds(p)}`),
+        draft8Policy: policies.map((p) => `"${p.scope}";q=${p.capacity};w=${windowSeconds(p)}`).join(', '),
+        draft8Names: policies.map((p) => `"${p.scope}";r=`),
+      };
+      this.texts.set(policies, text);
+    }
+    return text;
   }
 }

@@ -4,7 +4,11 @@ import type { RateLimitState } from '../guards/rate-limit.guard.js';
 import { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js';
 import { RATE_LIMIT_VERDICT } from '../rate-limit.constants.js';
 
-/** Registered globally by `RateLimitModule`: sets the rate-limit headers on responses the guard allowed. */
+/**
+ * Sets the rate-limit headers from the verdict the guard left on the request.
+ * @deprecated `RateLimitModule` no longer registers it: the guard writes the headers itself, and
+ * registering this interceptor only repeats that work at the cost of an interceptor on every route.
+ */
 @Injectable()
 export class RateLimitHeadersInterceptor implements NestInterceptor {
   constructor(private readonly headers: RateLimitHeadersWriter) {}

@@ -1,0 +1,89 @@
+/**
+ * What the benchmark measures and for how long. Every duration and count can be changed with an
+ * environment variable (the defaults keep a full run near nine minutes on a 2-core machine).
+ */
+
+function numberFromEnv(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < 0) throw new Error(`${name} must be a number >= 0 (got "${raw}")`);
+  return value;
+}
+
+export const REDIS_URL = process.env.BENCH_REDIS_URL ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+export const SETTINGS = {
+  /** HTTP: rounds over which the variants are interleaved. */
+  httpRounds: numberFromEnv('BENCH_ROUNDS', 5),
+  /** HTTP: seconds of load measured per variant and round. */
+  httpSeconds: numberFromEnv('BENCH_SECONDS', 8),
+  /** HTTP: seconds of load thrown away before each measurement. */
+  httpWarmupSeconds: numberFromEnv('BENCH_WARMUP_SECONDS', 1.5),
+  /** HTTP: autocannon connections. */
+  connections: numberFromEnv('BENCH_CONNECTIONS', 50),
+  /** Decisions/s: rounds over which the limiters are interleaved. */
+  decisionRounds: numberFromEnv('BENCH_DECISION_ROUNDS', 5),
+  /** Decisions/s: seconds measured per limiter and round (after a 1 s warm-up). */
+  decisionSeconds: numberFromEnv('BENCH_DECISION_SECONDS', 3),
+  /** Decisions/s: calls in flight. */
+  inFlight: numberFromEnv('BENCH_IN_FLIGHT', 64),
+  /** Decisions/s: distinct keys the calls cycle through. */
+  decisionKeys: numberFromEnv('BENCH_DECISION_KEYS', 10_000),
+  /** Memory: idle buckets created per limiter for MEMORY USAGE. */
+  memoryBuckets: numberFromEnv('BENCH_MEMORY_BUCKETS', 1_000),
+  /** Promise: processes hammering one key. */
+  promiseProcesses: numberFromEnv('BENCH_PROMISE_PROCESSES', 4),
+  /** Promise: calls in flight per process. */
+  promiseInFlight: numberFromEnv('BENCH_PROMISE_IN_FLIGHT', 32),
+  /** Promise: seconds of saturation per limiter. */
+  promiseSeconds: numberFromEnv('BENCH_PROMISE_SECONDS', 6),
+};
+
+/**
+ * The limits, each written in every limiter's own idiom. "Allowed": a limit nobody reaches. "Denied":
+ * 10 per second, which the load exceeds several hundred times over. "Promise": 100 per second, with a
+ * burst of 100 for the token bucket.
+ */
+export const LIMITS = {
+  allowed: { capacity: 1_000_000_000, refillPerSecond: 1_000_000_000, limit: 1_000_000_000, windowMs: 60_000 },
+  denied: { capacity: 10, refillPerSecond: 10, limit: 10, windowMs: 1_000 },
+  promise: { capacity: 100, refillPerSecond: 100, limit: 100, windowMs: 1_000 },
+  /** Idle buckets for MEMORY USAGE: slow enough that none expires before it is measured. */
+  memory: { capacity: 100, refillPerSecond: 1, limit: 100, windowMs: 60_000 },
+} as const;
+
+/** Boundary probe: after the request that opens a window, saturation starts this late and lasts this long. */
+export const PROBE_OPEN_MS = 900;
+export const PROBE_LENGTH_MS = 1_000;
+
+export type Limits = (typeof LIMITS)[keyof typeof LIMITS];
+
+/** HTTP variants: the same Nest Express app with one JSON route behind each limiter. */
+export const HTTP_VARIANTS = ['none', 'ours', 'nestjs-throttler', 'rate-limiter-flexible', 'ours-no-deny-cache'] as const;
+export type HttpVariant = (typeof HTTP_VARIANTS)[number];
+/** `ours-no-deny-cache` differs from `ours` only on the denied path. */
+const ALL_HTTP_PATHS = {
+  allowed: ['none', 'ours', 'nestjs-throttler', 'rate-limiter-flexible'],
+  denied: ['none', 'ours', 'nestjs-throttler', 'rate-limiter-flexible', 'ours-no-deny-cache'],
+} as const satisfies Record<string, readonly HttpVariant[]>;
+export type HttpPath = keyof typeof ALL_HTTP_PATHS;
+/** BENCH_VARIANTS=none,ours keeps only those variants ("none" is always kept: ratios need it). */
+const KEEP = process.env.BENCH_VARIANTS ? new Set(['none', ...process.env.BENCH_VARIANTS.split(',')]) : undefined;
+export const HTTP_PATHS: Record<HttpPath, readonly HttpVariant[]> = {
+  allowed: ALL_HTTP_PATHS.allowed.filter((v) => !KEEP || KEEP.has(v)),
+  denied: ALL_HTTP_PATHS.denied.filter((v) => !KEEP || KEEP.has(v)),
+};
+
+/** Limiters measured without HTTP (decisions/s, Redis cost, the promise). */
+export const LIMITERS = ['ours', 'evalsha', 'rate-limiter-flexible', 'nestjs-throttler'] as const;
+export type LimiterName = (typeof LIMITERS)[number];
+
+export const LABELS: Record<HttpVariant | LimiterName, string> = {
+  none: 'no limiter',
+  ours: 'ours (@app/rate-limit)',
+  'ours-no-deny-cache': 'ours, denyCache: false',
+  'nestjs-throttler': '@nestjs/throttler + @nest-lab/throttler-storage-redis',
+  'rate-limiter-flexible': 'rate-limiter-flexible RateLimiterRedis (guard)',
+  evalsha: 'bare EVALSHA of our script (plain ioredis)',
+};

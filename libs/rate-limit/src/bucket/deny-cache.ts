@@ -1,0 +1,117 @@
+import { performance } from 'node:perf_hooks';
+import { DENY_CACHE_MAX_ENTRIES } from '../rate-limit.constants.js';
+import type { TakeResult } from '../stores/bucket-store.interface.js';
+import type { BucketRequest } from './token-bucket.js';
+
+/**
+ * Redis counts time in whole milliseconds (TIME, truncated), so between two decisions it can credit up
+ * to 1 ms more refill than really passed; every bound below allows for it.
+ */
+const CLOCK_SLACK_MS = 1;
+/** Relative margin for the rounding of Redis' and this file's floating-point arithmetic (both ~1e-16). */
+const ROUNDING_MARGIN = 1e-12;
+
+/** What is known about one bucket: from `until` on it may be full again; before, it holds at most `capacity - (until - t) * R`. */
+interface Entry {
+  until: number;
+  capacity: number;
+  refillPerSecond: number;
+}
+
+/**
+ * Buckets Redis has recently denied, so this instance can deny them again without a round trip.
+ *
+ * A bucket gains tokens only by refilling, at most R per second from what Redis last returned, counted
+ * from when that request was sent (Redis computed its answer later, so this over-estimates). While even
+ * that upper bound cannot cover a request's cost, Redis would deny the request too, and nothing in Redis
+ * changes when it denies: answering it here is the same decision. Exact for any cost, per bucket.
+ *
+ * It cannot see tokens that appear any other way: `reset()` on another instance, a key deleted or
+ * evicted in Redis, or one bucket used with different policies by different callers. Those are denied
+ * here at most until the bucket could have refilled, never longer.
+ *
+ * Bounded: at most `maxEntries` buckets (the oldest entry goes first), and an entry is dropped as soon as
+ * its bucket may be full.
+ */
+export class DenyCache {
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(
+    private readonly maxEntries = DENY_CACHE_MAX_ENTRIES,
+    /** A monotonic clock in ms; tests pass their own. */
+    readonly now: () => number = () => performance.now(),
+  ) {}
+
+  /** Buckets currently remembered. */
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /**
+   * The most tokens each bucket of `requests` can hold at `now`, when every bucket is known here and at
+   * least one of them cannot cover its cost (the request is denied); otherwise `undefined` (ask the store).
+   */
+  deny(requests: readonly BucketRequest[], now: number): number[] | undefined {
+    if (this.entries.size === 0) return undefined;
+    let short = false;
+    const tokens = new Array<number>(requests.length);
+    for (let i = 0; i < requests.length; i++) {
+      const request = requests[i];
+      const entry = this.entries.get(request.key);
+      if (entry === undefined) return undefined;
+      if (
+        now >= entry.until ||
+        entry.capacity !== request.capacity ||
+        entry.refillPerSecond !== request.refillPerSecond
+      ) {
+        this.entries.delete(request.key);
+        return undefined;
+      }
+      const most = entry.capacity - ((entry.until - now) * entry.refillPerSecond) / 1000;
+      tokens[i] = most;
+      if (most + entry.capacity * ROUNDING_MARGIN < request.cost) short = true;
+    }
+    return short ? tokens : undefined;
+  }
+
+  /**
+   * Learns from the store's answer to `requests`, sent at `sentAt`. A denial is remembered for every
+   * bucket of the request; an allowance only tightens what is already remembered (the allowed path
+   * stays free of writes).
+   */
+  learn(requests: readonly BucketRequest[], result: TakeResult, sentAt: number): void {
+    if (result.allowed && this.entries.size === 0) return;
+    for (let i = 0; i < requests.length; i++) {
+      const request = requests[i];
+      const { capacity, refillPerSecond } = request;
+      const tokens = result.tokens[i];
+      if (!(tokens < capacity)) {
+        // A full bucket: nothing to bound.
+        this.entries.delete(request.key);
+        continue;
+      }
+      const until = sentAt - CLOCK_SLACK_MS + ((capacity - tokens) * 1000) / refillPerSecond;
+      const known = this.entries.get(request.key);
+      if (known === undefined) {
+        if (result.allowed) continue;
+        if (this.entries.size >= this.maxEntries) this.evictOldest();
+        this.entries.set(request.key, { until, capacity, refillPerSecond });
+      } else if (known.capacity !== capacity || known.refillPerSecond !== refillPerSecond) {
+        this.entries.set(request.key, { until, capacity, refillPerSecond });
+      } else if (until > known.until) {
+        // Same policy: the bound that reaches a full bucket later is the lower one at every moment.
+        known.until = until;
+      }
+    }
+  }
+
+  /** Forgets a bucket (its `reset()` on this instance). */
+  forget(key: string): void {
+    this.entries.delete(key);
+  }
+
+  private evictOldest(): void {
+    const oldest = this.entries.keys().next();
+    if (!oldest.done) this.entries.delete(oldest.value);
+  }
+}

@@ -1,0 +1,36 @@
+import { Controller, Get } from '@nestjs/common';
+import { RateLimit } from '@app/rate-limit';
+
+/** One token per 100 s: counts cannot move while a test runs. */
+export const SLOW = 0.01;
+
+@Controller('cluster')
+export class ClusterController {
+  @Get('single')
+  @RateLimit(3, SLOW)
+  single() {
+    return { ok: true };
+  }
+
+  /** Same identity: both keys share the hash tag and are decided in one script on one node. */
+  @Get('double')
+  @RateLimit({ capacity: 10, refillPerSecond: SLOW, name: 'c-burst' })
+  @RateLimit({ capacity: 3, refillPerSecond: SLOW, name: 'c-quota' })
+  double() {
+    return { ok: true };
+  }
+
+  /** Different identities (IP, then API key): two hash tags, decided group by group and compensated. */
+  @Get('mixed')
+  @RateLimit({ capacity: 10, refillPerSecond: SLOW, keyBy: 'ip', name: 'c-ip' })
+  @RateLimit({ capacity: 3, refillPerSecond: SLOW, keyBy: 'apiKey', name: 'c-key' })
+  mixed() {
+    return { ok: true };
+  }
+
+  @Get('per-key')
+  @RateLimit({ capacity: 5, refillPerSecond: SLOW, keyBy: 'apiKey', name: 'c-per-key' })
+  perKey() {
+    return { ok: true };
+  }
+}

@@ -1,0 +1,147 @@
+import { Controller, Get, Module, type Type } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { RateLimit, RateLimitModule, type RateLimitModuleOptions, type RateLimitPolicy } from '@app/rate-limit';
+import { redisUrl, testPrefix } from '../support/redis.js';
+
+/**
+ * Every configuration mistake stops the application while it starts, with a message that says what
+ * to change and, for a policy, on which controller and handler. Nothing here reaches a request.
+ */
+type Phase = 'compile' | 'init' | 'started';
+
+const silent = { log() {}, error() {}, warn() {} };
+
+/** Compiles and initialises `module` as an application start would; tells where it stopped and why. */
+async function startUp(module: Type): Promise<{ phase: Phase; message?: string }> {
+  let moduleRef;
+  try {
+    moduleRef = await Test.createTestingModule({ imports: [module] }).setLogger(silent).compile();
+  } catch (error) {
+    return { phase: 'compile', message: (error as Error).message };
+  }
+  const app = moduleRef.createNestApplication({ logger: false });
+  try {
+    await app.init();
+    return { phase: 'started' };
+  } catch (error) {
+    return { phase: 'init', message: (error as Error).message };
+  } finally {
+    await app.close();
+  }
+}
+
+/** `ReportsController` with one route, `list`, decorated by `decorate` (on the handler, or on the class). */
+function reportsController(decorate: (ClassDecorator & MethodDecorator)[], on: 'handler' | 'class' = 'handler'): Type {
+  class ReportsController {
+    list() {
+      return [];
+    }
+    other() {
+      return [];
+    }
+  }
+  const proto = ReportsController.prototype;
+  for (const name of ['list', 'other'] as const) {
+    const descriptor = Object.getOwnPropertyDescriptor(proto, name)!;
+    Get(name)(proto, name, descriptor);
+    if (on === 'handler' && name === 'list') for (const d of [...decorate].reverse()) d(proto, name, descriptor);
+  }
+  if (on === 'class') for (const d of [...decorate].reverse()) d(ReportsController);
+  Controller('reports')(ReportsController);
+  return ReportsController;
+}
+
+async function appWith(controller: Type | undefined, options: Partial<RateLimitModuleOptions> = {}): Promise<Type> {
+  @Module({
+    imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: testPrefix('config-errors'), ...options })],
+    controllers: controller ? [controller] : [],
+  })
+  class ConfigErrorsAppModule {}
+  return ConfigErrorsAppModule;
+}
+
+const on = 'on ReportsController.list';
+const policy = (overrides: Partial<Record<keyof RateLimitPolicy, unknown>>) =>
+  RateLimit({ capacity: 10, refillPerSecond: 1, ...overrides } as RateLimitPolicy);
+
+describe('policy errors stop app.init() and name the controller and handler', () => {
+  it.each([
+    ['capacity 0', policy({ capacity: 0 }), `@RateLimit capacity must be an integer >= 1 (got 0) ${on}`],
+    ['capacity -1', policy({ capacity: -1 }), `@RateLimit capacity must be an integer >= 1 (got -1) ${on}`],
+    ['capacity 2.5', policy({ capacity: 2.5 }), `@RateLimit capacity must be an integer >= 1 (got 2.5) ${on}`],
+    ['capacity NaN', policy({ capacity: NaN }), `@RateLimit capacity must be an integer >= 1 (got NaN) ${on}`],
+    ['capacity "10"', policy({ capacity: '10' }), `@RateLimit capacity must be an integer >= 1 (got "10") ${on}`],
+    ['capacity 0 in the short form', RateLimit(0, 1), `@RateLimit capacity must be an integer >= 1 (got 0) ${on}`],
+    ['refill 0', policy({ refillPerSecond: 0 }), `@RateLimit refillPerSecond must be a finite number > 0 (got 0) ${on}`],
+    ['refill -2', policy({ refillPerSecond: -2 }), `@RateLimit refillPerSecond must be a finite number > 0 (got -2) ${on}`],
+    ['refill NaN', policy({ refillPerSecond: NaN }), `@RateLimit refillPerSecond must be a finite number > 0 (got NaN) ${on}`],
+    ['refill Infinity', policy({ refillPerSecond: Infinity }), `@RateLimit refillPerSecond must be a finite number > 0 (got Infinity) ${on}`],
+    ['refill missing', RateLimit(5, undefined as unknown as number), `@RateLimit refillPerSecond must be a finite number > 0 (got undefined) ${on}`],
+    ['cost above capacity', policy({ cost: 11 }), `@RateLimit cost must be an integer from 1 to capacity 10 (got 11) ${on}`],
+    ['cost 0', policy({ cost: 0 }), `@RateLimit cost must be an integer from 1 to capacity 10 (got 0) ${on}`],
+    ['cost -1', policy({ cost: -1 }), `@RateLimit cost must be an integer from 1 to capacity 10 (got -1) ${on}`],
+    ['cost 1.5', policy({ cost: 1.5 }), `@RateLimit cost must be an integer from 1 to capacity 10 (got 1.5) ${on}`],
+    ['keyBy "session"', policy({ keyBy: 'session' }), `@RateLimit keyBy must be 'ip', 'user', 'apiKey' or a function (got "session") ${on}`],
+    ['keyBy "IP"', policy({ keyBy: 'IP' }), `@RateLimit keyBy must be 'ip', 'user', 'apiKey' or a function (got "IP") ${on}`],
+    ['keyBy "api-key"', RateLimit(10, 1, 'api-key' as 'apiKey'), `@RateLimit keyBy must be 'ip', 'user', 'apiKey' or a function (got "api-key") ${on}`],
+  ])('%s', async (_case, decorator, message) => {
+    expect(await startUp(await appWith(reportsController([decorator])))).toEqual({ phase: 'init', message });
+  });
+
+  it('names the first route of a controller whose class-level policy is invalid', async () => {
+    const result = await startUp(await appWith(reportsController([policy({ capacity: 0 })], 'class')));
+    expect(result).toEqual({ phase: 'init', message: `@RateLimit capacity must be an integer >= 1 (got 0) ${on}` });
+  });
+
+  it('names the route when the second of two stacked policies is invalid', async () => {
+    const result = await startUp(
+      await appWith(reportsController([policy({ name: 'burst' }), policy({ name: 'quota', refillPerSecond: -1 })])),
+    );
+    expect(result).toEqual({
+      phase: 'init',
+      message: `@RateLimit refillPerSecond must be a finite number > 0 (got -1) ${on}`,
+    });
+  });
+
+  it('names the first route that would use invalid module defaults', async () => {
+    const result = await startUp(await appWith(reportsController([]), { defaults: { capacity: 10, refillPerSecond: 1, cost: 20 } }));
+    expect(result).toEqual({ phase: 'init', message: `@RateLimit cost must be an integer from 1 to capacity 10 (got 20) ${on}` });
+  });
+
+  it('starts with the same controller once the policy is valid', async () => {
+    expect(await startUp(await appWith(reportsController([policy({ cost: 10 })])))).toEqual({ phase: 'started' });
+  });
+});
+
+describe('module option errors stop the start while the module is built, before app.init()', () => {
+  it.each([
+    ['a URL without scheme', { redis: 'localhost:6379' }, 'RateLimitModule: redis must be a redis:// or rediss:// URL (got "localhost:6379")'],
+    ['an http:// URL', { redis: 'http://127.0.0.1:6379' }, 'RateLimitModule: redis must be a redis:// or rediss:// URL (got "http://127.0.0.1:6379")'],
+    ['a port out of range', { redis: 'redis://127.0.0.1:99999' }, 'RateLimitModule: redis must be a redis:// or rediss:// URL (got "redis://127.0.0.1:99999")'],
+    ['no URL at all', { redis: 'not a url' }, 'RateLimitModule: redis must be a redis:// or rediss:// URL (got "not a url")'],
+    ['standardHeaders "draft-9"', { standardHeaders: 'draft-9' }, `RateLimitModule: standardHeaders must be one of 'draft-6', 'draft-7', 'draft-8', false (got "draft-9")`],
+    ['standardHeaders "draft6"', { standardHeaders: 'draft6' }, `RateLimitModule: standardHeaders must be one of 'draft-6', 'draft-7', 'draft-8', false (got "draft6")`],
+    ['standardHeaders true', { standardHeaders: true }, `RateLimitModule: standardHeaders must be one of 'draft-6', 'draft-7', 'draft-8', false (got true)`],
+    ['failureMode "half-open"', { failureMode: 'half-open' }, `RateLimitModule: failureMode must be one of 'open', 'closed', 'local' (got "half-open")`],
+    ['timeoutMs 0', { timeoutMs: 0 }, 'RateLimitModule: timeoutMs must be a finite number > 0 (got 0)'],
+    ['timeoutMs Infinity', { timeoutMs: Infinity }, 'RateLimitModule: timeoutMs must be a finite number > 0 (got Infinity)'],
+  ])('%s', async (_case, options, message) => {
+    const result = await startUp(await appWith(reportsController([policy({})]), options as Partial<RateLimitModuleOptions>));
+    expect(result).toEqual({ phase: 'compile', message });
+  });
+
+  it('rejects a bad option that forRootAsync computes, the same way', async () => {
+    @Module({
+      imports: [
+        RateLimitModule.forRootAsync({
+          useFactory: async () => ({ redis: await redisUrl(), standardHeaders: 'draft-5' as 'draft-6' }),
+        }),
+      ],
+    })
+    class AsyncConfigErrorsModule {}
+    expect(await startUp(AsyncConfigErrorsModule)).toEqual({
+      phase: 'compile',
+      message: `RateLimitModule: standardHeaders must be one of 'draft-6', 'draft-7', 'draft-8', false (got "draft-5")`,
+    });
+  });
+});

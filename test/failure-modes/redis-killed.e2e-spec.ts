@@ -1,0 +1,113 @@
+import { performance } from 'node:perf_hooks';
+import type { INestApplication } from '@nestjs/common';
+import type { Redis } from 'ioredis';
+import { createApp, PLATFORMS } from '../support/app.js';
+import { countByStatus, inFlightAt, sleep, startLoad, stopAllLoads, timedGet, watchCpu } from '../support/load.js';
+import { RedisServer, testPrefix } from '../support/redis.js';
+import { failureAppModule } from './app.module.js';
+import { CAPACITY } from './failure.controller.js';
+import {
+  MODES,
+  THINK_MS,
+  TIMEOUT_MS,
+  WORKERS,
+  burst,
+  expectOutageBurst,
+  expectRedisLimitsBurst,
+  expectWithinBound,
+  figure,
+  freshKeys,
+  inspector,
+  limitedUrl,
+  untilRedisDecides,
+} from './scenario.js';
+
+/**
+ * Redis is SIGKILLed under load, then started again on the same port. Each scenario has a
+ * redis-server of its own; the shared server is never touched. An unhandled rejection anywhere in the
+ * app fails the running test (jest reports it), and the app serving after the kill shows it did not
+ * crash.
+ */
+const WAVE = 24;
+
+describe.each(PLATFORMS)('Redis killed under load on %s', (platform) => {
+  describe.each(MODES)("failureMode '%s'", (mode) => {
+    const prefix = testPrefix(`redis-killed-${platform}-${mode}`);
+    let server: RedisServer;
+    let app: INestApplication;
+    let url: string;
+    let client: Redis | undefined;
+
+    beforeAll(async () => {
+      server = await RedisServer.start();
+      app = await createApp(
+        failureAppModule({ redis: server.url, keyPrefix: prefix, failureMode: mode, timeoutMs: TIMEOUT_MS }),
+        platform,
+      );
+      url = await limitedUrl(app);
+    });
+
+    afterAll(async () => {
+      stopAllLoads();
+      await app?.close();
+      client?.disconnect();
+      // The server is this file's own and keeps nothing on disk: killing it removes every key it held.
+      await server?.stop();
+    });
+
+    it(`answers every request within timeoutMs + 200 ms when Redis dies with ${WAVE} decisions inside it, as '${mode}' says`, async () => {
+      // A key Redis has denied: the deny cache keeps denying it in process, Redis or not.
+      const drained = await burst(`${url}/once`, 'drained', 2);
+      expect(drained.map((a) => a.status)).toEqual([200, 429]);
+
+      const cpu = watchCpu();
+      const load = startLoad(url, WORKERS, { headers: freshKeys('load'), thinkMs: THINK_MS });
+      while (load.answers.length < 3 * WORKERS) await sleep(10);
+      // Freeze Redis a moment (less than timeoutMs) so that a wave of decisions is surely inside it,
+      // unanswered, when it dies.
+      const freezeAt = performance.now();
+      server.signal('SIGSTOP');
+      const wave = Array.from({ length: WAVE }, (_, i) => timedGet(url, { 'x-api-key': `wave-${i}` }));
+      await sleep(30);
+      const killAt = performance.now();
+      await server.stop('SIGKILL');
+      const deadAt = performance.now();
+      await sleep(600);
+      load.stop();
+      const answers = [...(await load.done), ...(await Promise.all(wave))].sort((a, b) => a.startedAt - b.startedAt);
+      const cpuBetween = cpu.stop();
+
+      expect(answers.filter((a) => a.status === 0)).toEqual([]);
+      expect(inFlightAt(answers, killAt)).toBeGreaterThanOrEqual(WAVE);
+      const worst = expectWithinBound(answers, freezeAt, cpuBetween);
+      figure(
+        `${platform}/${mode} kill: slowest answer, of it lost to CPU wait and GC (ms); answers, in flight at the kill`,
+        `${worst.slowestMs.toFixed(0)}, ${worst.lostMs.toFixed(0)}; ${answers.length}, ${inFlightAt(answers, killAt)}`,
+      );
+
+      // While Redis lived it allowed every fresh key; once it was dead the mode answered.
+      expect(countByStatus(answers.filter((a) => a.endedAt < freezeAt))).toEqual({
+        200: answers.filter((a) => a.endedAt < freezeAt).length,
+      });
+      const after = answers.filter((a) => a.startedAt >= deadAt);
+      expect(after.length).toBeGreaterThan(2 * WORKERS);
+      const expected = { open: 200, closed: 503, local: 200 }[mode];
+      expect(countByStatus(after)).toEqual({ [expected]: after.length });
+      if (mode === 'closed') expect(new Set(after.map((a) => a.retryAfter))).toEqual(new Set(['1']));
+
+      // Still down: a fresh key gets exactly what the mode promises, and the app still serves.
+      expectOutageBurst(mode, await burst(url, 'outage', CAPACITY + 3));
+      // The key Redis denied a moment ago is still denied, in every mode: that is Redis's own answer.
+      const denied = await timedGet(`${url}/once`, { 'x-api-key': 'drained' });
+      expect([denied.status, denied.remaining]).toEqual([429, '0']);
+    });
+
+    it('limits a burst through Redis again once it is back on the same port, without restarting the app', async () => {
+      await server.start();
+      client = await inspector(server.url);
+      const tookMs = await untilRedisDecides(url, client, prefix);
+      figure(`${platform}/${mode} restart: Redis decides again after (ms)`, tookMs);
+      await expectRedisLimitsBurst(url, client, prefix, 'after-restart');
+    });
+  });
+});

@@ -1,0 +1,201 @@
+import { performance } from 'node:perf_hooks';
+import type { INestApplication } from '@nestjs/common';
+import { Test, type TestingModule } from '@nestjs/testing';
+import type { Redis } from 'ioredis';
+import { BucketService, type FailureMode, RateLimitModule, type Verdict } from '@app/rate-limit';
+import { createApp, PLATFORMS } from '../support/app.js';
+import { type Answer, countByStatus, sleep, startLoad, stopAllLoads, watchCpu } from '../support/load.js';
+import { commandCalls, RedisServer, testPrefix } from '../support/redis.js';
+import { failureAppModule } from './app.module.js';
+import { CAPACITY } from './failure.controller.js';
+import {
+  MODES,
+  THINK_MS,
+  TIMEOUT_MS,
+  WORKERS,
+  burst,
+  expectOutageBurst,
+  expectRedisLimitsBurst,
+  expectWithinBound,
+  figure,
+  freshKeys,
+  inspector,
+  limitedUrl,
+  untilRedisDecides,
+} from './scenario.js';
+
+/**
+ * Redis that hangs instead of dying: the connection stays open and nothing answers (SIGSTOP), or the
+ * server is busy in one long command (DEBUG SLEEP). Only the timeout can save a decision here.
+ */
+const FREEZE_MS = 700;
+
+/** Answers the failure mode gave to fresh keys: sent while Redis hung, answered before it could reply again. */
+function expectModeAnswers(mode: FailureMode, answers: readonly Answer[]): void {
+  expect(answers.length).toBeGreaterThan(WORKERS);
+  // open allows; local allows a fresh key from a full in-process bucket; closed refuses.
+  const expected = { open: 200, closed: 503, local: 200 }[mode];
+  expect(countByStatus(answers)).toEqual({ [expected]: answers.length });
+  if (mode === 'closed') expect(new Set(answers.map((a) => a.retryAfter))).toEqual(new Set(['1']));
+}
+
+describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
+  describe.each(MODES)("failureMode '%s'", (mode) => {
+    const prefix = testPrefix(`redis-paused-${platform}-${mode}`);
+    let server: RedisServer;
+    let app: INestApplication;
+    let url: string;
+    let client: Redis;
+
+    beforeAll(async () => {
+      server = await RedisServer.start(['--enable-debug-command', 'yes']);
+      client = await inspector(server.url);
+      app = await createApp(
+        failureAppModule({ redis: server.url, keyPrefix: prefix, failureMode: mode, timeoutMs: TIMEOUT_MS }),
+        platform,
+      );
+      url = await limitedUrl(app);
+    });
+
+    afterAll(async () => {
+      stopAllLoads();
+      await app?.close();
+      client?.disconnect();
+      // This file's own server: stopping it removes every key it held.
+      await server?.stop();
+    });
+
+    it(`answers within timeoutMs + 200 ms while Redis is frozen (SIGSTOP) for ${FREEZE_MS} ms, and sends it a bounded number of commands`, async () => {
+      const cpu = watchCpu();
+      const load = startLoad(url, WORKERS, { headers: freshKeys('load'), thinkMs: THINK_MS });
+      while (load.answers.length < 3 * WORKERS) await sleep(10);
+      const commandsBefore = await commandCalls(client, 'evalsha');
+      server.signal('SIGSTOP');
+      const stopAt = performance.now();
+      await sleep(200);
+      // Meanwhile a client's burst gets what the mode promises, the policy included.
+      const outage = await burst(url, 'frozen', CAPACITY + 3);
+      await sleep(FREEZE_MS - (performance.now() - stopAt));
+      load.stop();
+      const answers = await load.done;
+      server.signal('SIGCONT');
+      await sleep(100);
+      const commandsSent = (await commandCalls(client, 'evalsha')) - commandsBefore;
+
+      const cpuBetween = cpu.stop();
+      const frozen = answers.filter((a) => a.startedAt >= stopAt);
+      expect(answers.filter((a) => a.status === 0)).toEqual([]);
+      const worst = expectWithinBound([...answers, ...outage], stopAt, cpuBetween);
+      figure(
+        `${platform}/${mode} SIGSTOP: slowest answer, of it lost to CPU wait and GC (ms); answers while frozen, commands sent to Redis`,
+        `${worst.slowestMs.toFixed(0)}, ${worst.lostMs.toFixed(0)}; ${frozen.length}, ${commandsSent}`,
+      );
+      expectModeAnswers(mode, frozen);
+      expectOutageBurst(mode, outage);
+      // In flight at the freeze, sent before the first timeout, and one probe per timeoutMs after it;
+      // without the probe rule every answered request would have left a command waiting in the socket.
+      const bound = 2 * WORKERS + Math.ceil(FREEZE_MS / TIMEOUT_MS) + 2;
+      expect(commandsSent).toBeLessThanOrEqual(bound);
+      expect(frozen.length).toBeGreaterThan(bound);
+    });
+
+    it('limits a burst through Redis again as soon as it thaws', async () => {
+      const tookMs = await untilRedisDecides(url, client, prefix);
+      figure(`${platform}/${mode} SIGCONT: Redis decides again after (ms)`, tookMs);
+      await expectRedisLimitsBurst(url, client, prefix, 'after-thaw');
+    });
+
+    it('answers within timeoutMs + 200 ms while Redis runs DEBUG SLEEP 0.5, then limits through Redis again', async () => {
+      const cpu = watchCpu();
+      const load = startLoad(url, WORKERS, { headers: freshKeys('load-2'), thinkMs: THINK_MS });
+      while (load.answers.length < 3 * WORKERS) await sleep(10);
+      const sleeper = await inspector(server.url);
+      const sentAt = performance.now();
+      await sleeper.call('DEBUG', 'SLEEP', '0.5');
+      const wokeAt = performance.now();
+      sleeper.disconnect();
+      await sleep(100);
+      load.stop();
+      const answers = await load.done;
+      const cpuBetween = cpu.stop();
+
+      expect(answers.filter((a) => a.status === 0)).toEqual([]);
+      const worst = expectWithinBound(answers, sentAt, cpuBetween);
+      figure(`${platform}/${mode} DEBUG SLEEP: slowest answer, of it lost to CPU wait and GC (ms)`, `${worst.slowestMs.toFixed(0)}, ${worst.lostMs.toFixed(0)}`);
+      expectModeAnswers(mode, answers.filter((a) => a.startedAt >= sentAt + 20 && a.endedAt <= wokeAt - 20));
+      await untilRedisDecides(url, client, prefix);
+      await expectRedisLimitsBurst(url, client, prefix, 'after-sleep');
+    });
+  });
+});
+
+describe('BucketService with a frozen Redis', () => {
+  const prefix = testPrefix('redis-paused-service');
+  const timeoutMs = 150;
+  let server: RedisServer;
+  let moduleRef: TestingModule;
+  let buckets: BucketService;
+  // Large enough that the decisions the frozen Redis runs on thaw leave it far from empty.
+  const request = { key: `${prefix}{probe-rule}`, capacity: 1000, refillPerSecond: 1, cost: 1 };
+  /** Decides `n` at once; returns each verdict with how long it took. */
+  const wave = (n: number) =>
+    Promise.all(
+      Array.from({ length: n }, async () => {
+        const started = performance.now();
+        const verdict: Verdict = await buckets.decide([request]);
+        return { source: verdict.source, ms: performance.now() - started };
+      }),
+    );
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    moduleRef = await Test.createTestingModule({
+      imports: [RateLimitModule.forRoot({ redis: server.url, keyPrefix: prefix, failureMode: 'closed', timeoutMs })],
+    }).compile();
+    moduleRef.useLogger(false);
+    await moduleRef.init();
+    buckets = moduleRef.get(BucketService);
+  });
+
+  afterAll(async () => {
+    await moduleRef?.close();
+    await server?.stop();
+  });
+
+  it('once decisions fail in a row, makes only one at a time wait for a Redis that stopped answering; the others follow failureMode at once', async () => {
+    expect((await buckets.decide([request])).source).toBe('store');
+    server.signal('SIGSTOP');
+    try {
+      // Nothing has failed yet: all 20 ask Redis, and all give up after timeoutMs.
+      const first = await wave(20);
+      expect(first.map((d) => d.source)).toEqual(first.map(() => 'closed'));
+      expect(Math.min(...first.map((d) => d.ms))).toBeGreaterThanOrEqual(timeoutMs - 1);
+      // Now it is known to fail: one probe waits, 39 are answered without asking.
+      const second = await wave(40);
+      expect(second.map((d) => d.source)).toEqual(second.map(() => 'closed'));
+      const waited = second.filter((d) => d.ms >= timeoutMs - 1);
+      const immediate = second.filter((d) => d.ms < timeoutMs / 2);
+      expect([waited.length, immediate.length]).toEqual([1, 39]);
+    } finally {
+      server.signal('SIGCONT');
+    }
+  });
+
+  it('goes back to Redis on the first decision after the thaw, with no timer and no restart', async () => {
+    const verdict = await buckets.decide([request]);
+    expect(verdict.source).toBe('store');
+    // The decision before the freeze took a token; the ones that waited in the socket ran on thaw.
+    expect(verdict.decisions[0].remaining).toBeLessThan(998);
+  });
+
+  it('keeps asking Redis for every decision after one slow reply: a single timeout is no outage', async () => {
+    server.signal('SIGSTOP');
+    try {
+      expect((await buckets.decide([request])).source).toBe('closed');
+    } finally {
+      server.signal('SIGCONT');
+    }
+    const after = await wave(20);
+    expect(after.map((d) => d.source)).toEqual(after.map(() => 'store'));
+  });
+});

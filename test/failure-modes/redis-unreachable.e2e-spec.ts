@@ -1,0 +1,90 @@
+import { performance } from 'node:perf_hooks';
+import type { INestApplication, LoggerService } from '@nestjs/common';
+import type { Redis } from 'ioredis';
+import { createApp, PLATFORMS } from '../support/app.js';
+import { watchCpu } from '../support/load.js';
+import { RedisServer, testPrefix } from '../support/redis.js';
+import { failureAppModule } from './app.module.js';
+import { CAPACITY } from './failure.controller.js';
+import {
+  MODES,
+  TIMEOUT_MS,
+  burst,
+  expectOutageBurst,
+  expectRedisLimitsBurst,
+  expectWithinBound,
+  figure,
+  inspector,
+  limitedUrl,
+  untilRedisDecides,
+} from './scenario.js';
+
+/** How long start-up waits for a connection it created before going on (CONNECT_WAIT_MS). */
+const CONNECT_WAIT_MS = 1_000;
+
+/** Keeps the warnings the limiter logs. */
+class WarningRecorder implements LoggerService {
+  readonly warnings: string[] = [];
+  log() {}
+  error() {}
+  warn(message: unknown, context?: unknown) {
+    if (context === 'RateLimit') this.warnings.push(String(message));
+  }
+}
+
+/**
+ * Nothing listens on Redis's port when the application starts: it must start anyway, follow the
+ * failure mode, and use Redis once a server appears on that port.
+ */
+describe.each(PLATFORMS)('Redis unreachable at start-up on %s', (platform) => {
+  describe.each(MODES)("failureMode '%s'", (mode) => {
+    const prefix = testPrefix(`redis-unreachable-${platform}-${mode}`);
+    const recorder = new WarningRecorder();
+    let server: RedisServer;
+    let app: INestApplication;
+    let url: string;
+    let client: Redis | undefined;
+    let startUpMs: number;
+
+    beforeAll(async () => {
+      // Take a free port for this file, then leave it closed until the recovery test.
+      server = await RedisServer.start();
+      await server.stop();
+      const started = performance.now();
+      app = await createApp(
+        failureAppModule({ redis: server.url, keyPrefix: prefix, failureMode: mode, timeoutMs: TIMEOUT_MS }),
+        platform,
+        (nest) => nest.useLogger(recorder),
+      );
+      startUpMs = performance.now() - started;
+      url = await limitedUrl(app);
+    });
+
+    afterAll(async () => {
+      await app?.close();
+      client?.disconnect();
+      await server?.stop();
+    });
+
+    it('starts after waiting at most about a second for Redis, and says it goes on without it', () => {
+      figure(`${platform}/${mode} start-up without Redis (ms)`, startUpMs.toFixed(0));
+      expect(startUpMs).toBeLessThan(CONNECT_WAIT_MS + 2_000);
+      expect(recorder.warnings[0]).toBe('Redis is not reachable yet; decisions follow failureMode until it answers');
+    });
+
+    it(`answers the first requests as '${mode}' says, each within timeoutMs + 200 ms`, async () => {
+      const cpu = watchCpu();
+      const answers = await burst(url, 'before-redis', CAPACITY + 3);
+      expectWithinBound(answers, 0, cpu.stop());
+      expectOutageBurst(mode, answers);
+    });
+
+    it('limits through Redis once a server starts on its port, without restarting the app', async () => {
+      await server.start();
+      client = await inspector(server.url);
+      const tookMs = await untilRedisDecides(url, client, prefix);
+      figure(`${platform}/${mode} Redis started late: decides after (ms)`, tookMs);
+      await expectRedisLimitsBurst(url, client, prefix, 'after-start');
+    });
+  });
+});

@@ -1,0 +1,228 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { rm } from 'node:fs/promises';
+import { Agent, request as httpRequest } from 'node:http';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import type { Platform } from './app.js';
+import { SERVED_HEADER } from './worker-app/worker.controller.js';
+
+/**
+ * The worker app (test/support/worker-app) in processes of its own. Child processes cannot use
+ * ts-jest, and esbuild-style transpilers emit no decorator metadata (constructor injection by type
+ * needs it), so the app and the library sources are compiled by tsc into a directory of the test's own.
+ */
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const TSC = createRequire(import.meta.url).resolve('typescript/bin/tsc');
+const WORKER_TSCONFIG = join(ROOT, 'test/support/worker-app/tsconfig.json');
+
+/** Runs a command to completion; rejects with its output when it fails. */
+function run(command: string, args: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.on('error', reject);
+    child.on('exit', (code) =>
+      code === 0 ? resolve() : reject(new Error(`${command} ${args.join(' ')} exited with ${code}:\n${output}`)),
+    );
+  });
+}
+
+export interface WorkerBuild {
+  /** The compiled entry point. */
+  entry: string;
+  /** Deletes the build. */
+  remove(): Promise<void>;
+}
+
+/**
+ * Compiles the worker app with the library sources into `dist/test-workers/<random>/` (git-ignored;
+ * inside the repo so that bare imports resolve from its node_modules). A directory per call: test
+ * files running in parallel never write each other's files, and nothing depends on an earlier build.
+ */
+export async function buildWorkerApp(): Promise<WorkerBuild> {
+  const outDir = join(ROOT, 'dist', 'test-workers', randomUUID().slice(0, 8));
+  await run(process.execPath, [TSC, '-p', WORKER_TSCONFIG, '--outDir', outDir]);
+  return {
+    entry: join(outDir, 'test/support/worker-app/main.js'),
+    remove: () => rm(outDir, { recursive: true, force: true }),
+  };
+}
+
+export interface WorkerOptions {
+  redisUrl: string;
+  keyPrefix: string;
+  platform: Platform;
+  /** Shifts `Date.now()` in the worker by this many ms. */
+  clockSkewMs?: number;
+}
+
+/** A running worker app. */
+export interface Worker {
+  url: string;
+  pid: number;
+  platform: Platform;
+  /** Asks the app to shut down (SIGTERM, shutdown hooks), kills it after 5 s, and waits until it is gone. */
+  stop(): Promise<void>;
+}
+
+/** Starts the compiled worker app and resolves when it listens. */
+export function startWorker(entry: string, options: WorkerOptions): Promise<Worker> {
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    NODE_OPTIONS: '',
+    REDIS_URL: options.redisUrl,
+    KEY_PREFIX: options.keyPrefix,
+    PLATFORM: options.platform,
+    CLOCK_SKEW_MS: String(options.clockSkewMs ?? 0),
+  };
+  const child: ChildProcess = spawn(process.execPath, [entry], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+      await exited;
+      clearTimeout(timer);
+    }
+  };
+  return new Promise<Worker>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      void stop();
+      reject(new Error(`worker app did not listen within 30 s:\n${stderr}`));
+    }, 30_000);
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`worker app exited (${code ?? signal}) before it listened:\n${stderr}`));
+    });
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      try {
+        const ready = JSON.parse(line) as { url: string; pid: number };
+        clearTimeout(timer);
+        resolve({ url: ready.url, pid: ready.pid, platform: options.platform, stop });
+      } catch {
+        // Not the readiness line.
+      }
+    });
+  });
+}
+
+/** Outcome of one GET. */
+export interface Reply {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
+
+/** Outcomes of one driven run against one worker. */
+export interface LoadStats {
+  /** 200 with rate-limit headers: the store admitted it. */
+  allowed: number;
+  /** 429. */
+  denied: number;
+  /** 200 without rate-limit headers: admitted without a store decision (failureMode 'open'). */
+  allowedWithoutDecision: number;
+  /** Any other status, or a transport error. */
+  failed: string[];
+  /** Most requests in flight at once. */
+  maxInFlight: number;
+}
+
+/** The result of a driven run over all workers. */
+export interface LoadRun {
+  perUrl: LoadStats[];
+  /** From the first request sent to the last response received, on the test's clock. */
+  seconds: number;
+  /**
+   * From the first request a worker received to the last response a worker wrote (their
+   * `x-served` stamps): the span that holds every decision, without the test process's own delays.
+   */
+  servedSeconds: number;
+}
+
+/** Keep-alive HTTP clients for a set of worker URLs, and a load generator over them. */
+export class LoadDriver {
+  private readonly agents = new Map<string, Agent>();
+
+  constructor(
+    private readonly urls: readonly string[],
+    private readonly socketsPerUrl: number,
+  ) {
+    for (const url of urls) this.agents.set(url, new Agent({ keepAlive: true, maxSockets: socketsPerUrl }));
+  }
+
+  get(url: string, path: string, headers: Record<string, string> = {}): Promise<Reply> {
+    return new Promise((resolve, reject) => {
+      const req = httpRequest(`${url}${path}`, { agent: this.agents.get(url), headers }, (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => (body += chunk));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+        res.on('error', reject);
+      });
+      req.on('error', reject);
+      req.end();
+    });
+  }
+
+  /**
+   * Keeps `socketsPerUrl` requests in flight against every URL for `durationMs`, then waits for the
+   * last ones. `seconds` runs from the first request sent to the last response received.
+   */
+  async drive(path: string, headers: Record<string, string>, durationMs: number): Promise<LoadRun> {
+    const started = performance.now();
+    const deadline = started + durationMs;
+    let lastEnd = started;
+    let firstReceived = Infinity;
+    let lastResponded = -Infinity;
+    const perUrl = await Promise.all(
+      this.urls.map(async (url) => {
+        const stats: LoadStats = { allowed: 0, denied: 0, allowedWithoutDecision: 0, failed: [], maxInFlight: 0 };
+        let inFlight = 0;
+        const lane = async () => {
+          while (performance.now() < deadline) {
+            inFlight++;
+            if (inFlight > stats.maxInFlight) stats.maxInFlight = inFlight;
+            try {
+              const reply = await this.get(url, path, headers);
+              const served = reply.headers[SERVED_HEADER];
+              if (typeof served === 'string') {
+                const [received, responded] = served.split(' ').map(Number);
+                firstReceived = Math.min(firstReceived, received);
+                lastResponded = Math.max(lastResponded, responded);
+              }
+              if (reply.status === 200 && reply.headers['x-ratelimit-limit'] !== undefined) stats.allowed++;
+              else if (reply.status === 200) stats.allowedWithoutDecision++;
+              else if (reply.status === 429) stats.denied++;
+              else stats.failed.push(`${reply.status} ${reply.body.slice(0, 200)}`);
+            } catch (error) {
+              stats.failed.push((error as Error).message);
+            } finally {
+              inFlight--;
+              lastEnd = Math.max(lastEnd, performance.now());
+            }
+          }
+        };
+        await Promise.all(Array.from({ length: this.socketsPerUrl }, lane));
+        return stats;
+      }),
+    );
+    return {
+      perUrl,
+      seconds: (lastEnd - started) / 1000,
+      servedSeconds: lastResponded > firstReceived ? (lastResponded - firstReceived) / 1000 : NaN,
+    };
+  }
+
+  close(): void {
+    for (const agent of this.agents.values()) agent.destroy();
+  }
+}
