@@ -143,7 +143,7 @@ function appModule(variant: HttpVariant, prefix: string): DynamicModule {
       return {
         module: BenchAppModule,
         imports: [
-          RateLimitModule.forRoot({ redis: process.env.EXP_AP ? { host: '127.0.0.1', port: Number(new URL(REDIS_URL).port), enableAutoPipelining: true } : REDIS_URL, keyPrefix: prefix, denyCache: variant === 'ours' }),
+          RateLimitModule.forRoot({ redis: REDIS_URL, keyPrefix: prefix, denyCache: variant === 'ours' }),
         ],
         controllers: [OursController],
       };

@@ -2,7 +2,7 @@ import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, totalmem, type } from 'node:os';
-import { dirname, join, relative, resolve } from 'node:path';
+import { basename, dirname, join, relative, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -33,7 +33,8 @@ import { maxInWindow, median, round } from './stats.js';
  * `npm run bench`: HTTP overhead, decisions per second and Redis cost, and the promise, for our
  * limiter and the alternatives, in one run. Writes bench/results/<date>.{json,svg,md}.
  * Keys live under a prefix of the run's own and are deleted at the end; nothing is flushed.
- * BENCH_ONLY=http,decisions,promise runs a subset (the results then lack the others).
+ * BENCH_ONLY=http,decisions,promise runs a subset, BENCH_VARIANTS=ours,... only some HTTP variants; such
+ * runs write <date>-partial.* (BENCH_OUT=<name> names the files).
  * BENCH_PROFILE=<variant> starts that HTTP variant with --cpu-prof (profiles in .bench-tmp/profiles).
  */
 
@@ -568,7 +569,8 @@ async function main(): Promise<void> {
         `Ours runs through BucketService with default options (deny cache on).`,
       denyCache:
         'After Redis denies a bucket, the instance keeps {tokens Redis returned, when the request was sent}; until tokens + R·elapsed (+1 ms for TIME ' +
-        'truncation) could cover a cost it denies that cost without a Redis call. Bounded (LRU-less, oldest out), cleared by reset() on this instance.',
+        'truncation) could cover a cost it denies that cost without a Redis call. At most 10,000 buckets per instance (oldest out), ' +
+        'cleared by reset() on this instance; a reset() on another instance is not seen.',
     },
     http: { runs: [], summary: { allowed: {}, denied: {} } },
     decisions: { runs: [], summary: {} },
@@ -596,10 +598,12 @@ async function main(): Promise<void> {
   results.durationSeconds = round((Date.now() - started) / 1000, 1);
   results.targets = targets(results);
   mkdirSync(RESULTS_DIR, { recursive: true });
-  const base = join(RESULTS_DIR, results.date);
+  // A subset run must not overwrite the day's full results.
+  const partial = ONLY.size < 3 || process.env.BENCH_VARIANTS !== undefined;
+  const base = join(RESULTS_DIR, process.env.BENCH_OUT ?? `${results.date}${partial ? '-partial' : ''}`);
   writeFileSync(`${base}.json`, `${JSON.stringify(results, null, 2)}\n`);
   writeFileSync(`${base}.svg`, renderChart(results));
-  writeFileSync(`${base}.md`, renderReport(results, `${results.date}.svg`));
+  writeFileSync(`${base}.md`, renderReport(results, `${basename(base)}.svg`));
   console.log('');
   console.log(readFileSync(`${base}.md`, 'utf8').split('\n## What each limiter does')[0]);
   console.log(`wrote ${relative(ROOT, base)}.{json,svg,md} in ${clock(Date.now() - started)}`);

@@ -1,6 +1,6 @@
 /**
  * What the benchmark measures and for how long. Every duration and count can be changed with an
- * environment variable (the defaults keep a full run near nine minutes on a 2-core machine).
+ * environment variable (with the defaults a full run takes about ten minutes).
  */
 
 function numberFromEnv(name: string, fallback: number): number {
@@ -84,6 +84,6 @@ export const LABELS: Record<HttpVariant | LimiterName, string> = {
   ours: 'ours (@app/rate-limit)',
   'ours-no-deny-cache': 'ours, denyCache: false',
   'nestjs-throttler': '@nestjs/throttler + @nest-lab/throttler-storage-redis',
-  'rate-limiter-flexible': 'rate-limiter-flexible RateLimiterRedis (guard)',
-  evalsha: 'bare EVALSHA of our script (plain ioredis)',
+  'rate-limiter-flexible': 'rate-limiter-flexible RateLimiterRedis',
+  evalsha: 'bare EVALSHA of our script (plain ioredis client)',
 };

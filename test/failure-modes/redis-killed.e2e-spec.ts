@@ -81,7 +81,7 @@ describe.each(PLATFORMS)('Redis killed under load on %s', (platform) => {
       expect(inFlightAt(answers, killAt)).toBeGreaterThanOrEqual(WAVE);
       const worst = expectWithinBound(answers, freezeAt, cpuBetween);
       figure(
-        `${platform}/${mode} kill: slowest answer, of it lost to CPU wait and GC (ms); answers, in flight at the kill`,
+        `${platform}/${mode} kill: slowest answer, most any answer lost to CPU wait and GC (ms); answers, in flight at the kill`,
         `${worst.slowestMs.toFixed(0)}, ${worst.lostMs.toFixed(0)}; ${answers.length}, ${inFlightAt(answers, killAt)}`,
       );
 

@@ -87,7 +87,7 @@ describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
       expect(answers.filter((a) => a.status === 0)).toEqual([]);
       const worst = expectWithinBound([...answers, ...outage], stopAt, cpuBetween);
       figure(
-        `${platform}/${mode} SIGSTOP: slowest answer, of it lost to CPU wait and GC (ms); answers while frozen, commands sent to Redis`,
+        `${platform}/${mode} SIGSTOP: slowest answer, most any answer lost to CPU wait and GC (ms); answers while frozen, commands sent to Redis`,
         `${worst.slowestMs.toFixed(0)}, ${worst.lostMs.toFixed(0)}; ${frozen.length}, ${commandsSent}`,
       );
       expectModeAnswers(mode, frozen);
@@ -121,7 +121,7 @@ describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
 
       expect(answers.filter((a) => a.status === 0)).toEqual([]);
       const worst = expectWithinBound(answers, sentAt, cpuBetween);
-      figure(`${platform}/${mode} DEBUG SLEEP: slowest answer, of it lost to CPU wait and GC (ms)`, `${worst.slowestMs.toFixed(0)}, ${worst.lostMs.toFixed(0)}`);
+      figure(`${platform}/${mode} DEBUG SLEEP: slowest answer, most any answer lost to CPU wait and GC (ms)`, `${worst.slowestMs.toFixed(0)}, ${worst.lostMs.toFixed(0)}`);
       expectModeAnswers(mode, answers.filter((a) => a.startedAt >= sentAt + 20 && a.endedAt <= wokeAt - 20));
       await untilRedisDecides(url, client, prefix);
       await expectRedisLimitsBurst(url, client, prefix, 'after-sleep');

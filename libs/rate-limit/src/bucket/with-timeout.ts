@@ -40,25 +40,25 @@ export function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   });
 }
 
-/** One promise racing its deadline in a `Deadlines` queue. */
+/** One promise racing its deadline: a node of the `Deadlines` list while it is pending. */
 interface Race {
   deadline: number;
-  settled: boolean;
   reject: (error: unknown) => void;
+  prev: Race | undefined;
+  next: Race | undefined;
 }
-
-/** Settled races kept at the front of the queue before it is compacted. */
-const COMPACT_AFTER = 1024;
 
 /**
  * `withTimeout` for a stream of promises that share one timeout, as every decision of a module does.
- * Their deadlines come in the order the promises do, so one timer, armed for the oldest deadline still
- * pending, serves them all: no timer is created or cleared per decision. A deadline is declared, as in
- * `withTimeout`, only after pending I/O has been read once more (`setImmediate`).
+ * Their deadlines come in the order the promises do, so the pending ones form a list in deadline order
+ * and one timer, armed for the oldest, serves them all: no timer is created or cleared per decision,
+ * and a race leaves the list the moment its promise settles (nothing outlives it but garbage). A
+ * deadline is declared, as in `withTimeout`, only after pending I/O has been read once more
+ * (`setImmediate`).
  */
 export class Deadlines {
-  private queue: Race[] = [];
-  private head = 0;
+  private head: Race | undefined;
+  private tail: Race | undefined;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -69,22 +69,31 @@ export class Deadlines {
   /** Settles like `promise`, or rejects with `RateLimitTimeoutError` once `ms` have passed. */
   race<T>(promise: Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const race: Race = { deadline: this.clock() + this.ms, settled: false, reject };
-      this.queue.push(race);
+      const race: Race = { deadline: this.clock() + this.ms, reject, prev: this.tail, next: undefined };
+      if (this.tail === undefined) this.head = race;
+      else this.tail.next = race;
+      this.tail = race;
       if (this.timer === undefined) this.arm(this.ms);
       promise.then(
         (value) => {
-          if (race.settled) return;
-          race.settled = true;
-          resolve(value);
+          if (this.remove(race)) resolve(value);
         },
         (error: unknown) => {
-          if (race.settled) return;
-          race.settled = true;
-          reject(error);
+          if (this.remove(race)) reject(error);
         },
       );
     });
+  }
+
+  /** Takes a race off the list; false when it had already left it (timed out). */
+  private remove(race: Race): boolean {
+    if (race.prev === undefined && this.head !== race) return false;
+    if (race.prev === undefined) this.head = race.next;
+    else race.prev.next = race.next;
+    if (race.next === undefined) this.tail = race.prev;
+    else race.next.prev = race.prev;
+    race.prev = race.next = undefined;
+    return true;
   }
 
   private arm(delay: number): void {
@@ -97,27 +106,12 @@ export class Deadlines {
   };
 
   private readonly expire = (firedAt: number): void => {
-    const queue = this.queue;
-    let i = this.head;
-    for (; i < queue.length; i++) {
-      const race = queue[i];
-      if (race.settled) continue;
-      if (race.deadline > firedAt) break;
-      race.settled = true;
+    while (this.head !== undefined && this.head.deadline <= firedAt) {
+      const race = this.head;
+      this.remove(race);
       race.reject(new RateLimitTimeoutError(this.ms));
     }
-    if (i === queue.length) {
-      this.queue = [];
-      this.head = 0;
-      this.timer = undefined;
-      return;
-    }
-    if (i >= COMPACT_AFTER) {
-      this.queue = queue.slice(i);
-      this.head = 0;
-    } else {
-      this.head = i;
-    }
-    this.arm(Math.max(1, Math.ceil(this.queue[this.head].deadline - this.clock())));
+    this.timer = undefined;
+    if (this.head !== undefined) this.arm(Math.max(1, Math.ceil(this.head.deadline - this.clock())));
   };
 }

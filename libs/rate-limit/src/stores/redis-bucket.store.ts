@@ -33,9 +33,6 @@ export function createRedisClient(redis: string | RedisOptions | RedisClient): {
     // The socket opens in onModuleInit: an application that fails to compile leaves no connection behind.
     lazyConnect: true,
   };
-  // Decisions made in the same turn of the event loop go out in one write and Redis reads them in one
-  // read: under load this halves the Redis CPU a decision costs (bench/). Options passed in may turn it off.
-  const batched: RedisOptions = { enableAutoPipelining: true };
   if (typeof redis === 'string') {
     let url: URL;
     try {
@@ -46,9 +43,9 @@ export function createRedisClient(redis: string | RedisOptions | RedisClient): {
     if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
       throw new Error(`RateLimitModule: redis must be a redis:// or rediss:// URL (got "${redis}")`);
     }
-    return { client: new Redis(redis, { ...batched, ...failFast }), owned: true };
+    return { client: new Redis(redis, failFast), owned: true };
   }
-  return { client: new Redis({ ...batched, ...redis, ...failFast }), owned: true };
+  return { client: new Redis({ ...redis, ...failFast }), owned: true };
 }
 
 /** The first `{...}` of a key: what Redis Cluster hashes to pick the slot. */
@@ -120,7 +117,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     await this.client.quit().catch(() => this.client.disconnect());
   }
 
-  async take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult> {
+  take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult> {
     const mode: TokenBucketMode = options.dryRun ? 'peek' : 'take';
     if (!(this.client instanceof Cluster) || requests.length < 2) {
       return this.run(requests, mode, options.now);
@@ -169,7 +166,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     return { allowed: true, tokens };
   }
 
-  private async run(
+  private run(
     requests: readonly BucketRequest[],
     mode: TokenBucketMode,
     now: number | undefined,
@@ -178,7 +175,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     for (const request of requests) args.push(request.key);
     args.push(now === undefined ? '' : now, mode);
     for (const request of requests) args.push(request.capacity, request.refillPerSecond, request.cost);
-    return parseReply(await this.evaluate(args), requests.length);
+    return this.evaluate(args).then((reply) => parseReply(reply, requests.length));
   }
 
   /**
@@ -186,13 +183,11 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
    * the cache is flushed again before that reload runs, the reload fails too. One more try sends the
    * body again; a NOSCRIPT means the script did not run, so no decision is taken twice.
    */
-  private async evaluate(args: (string | number)[]): Promise<unknown> {
-    try {
-      return await this.script(...args);
-    } catch (error) {
+  private evaluate(args: (string | number)[]): Promise<unknown> {
+    return this.script(...args).catch((error: unknown) => {
       if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
       return this.script(...args);
-    }
+    });
   }
 }
 

@@ -50,9 +50,7 @@ for i = 1, n do
     else
       t = t - costs[i]
     end
-    -- Numbers go to redis.call as they are: Redis writes them exactly (%.17g, or the shortest exact
-    -- form since 7.2), cheaper than formatting them in Lua.
-    redis.call('HSET', KEYS[i], 'tokens', t, 'ts', stamps[i])
+    redis.call('HSET', KEYS[i], 'tokens', string.format('%.17g', t), 'ts', string.format('%.17g', stamps[i]))
     redis.call('PEXPIRE', KEYS[i], math.ceil(2 * caps[i] / rates[i] * 1000))
   end
   reply[i + 1] = string.format('%.17g', t)
