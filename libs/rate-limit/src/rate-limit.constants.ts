@@ -2,7 +2,7 @@
 export const RATE_LIMIT_POLICIES = 'RATE_LIMIT:POLICIES';
 /** Metadata key set by `@SkipRateLimit()`. */
 export const RATE_LIMIT_SKIP = 'RATE_LIMIT:SKIP';
-/** Property of the request object where the guard leaves its verdict for the header interceptor. */
+/** Property of the request object where the guard leaves its verdict (`RateLimitState`) for code that runs after it. */
 export const RATE_LIMIT_VERDICT = Symbol('RATE_LIMIT:VERDICT');
 
 export const DEFAULT_KEY_PREFIX = 'rl:';

@@ -50,8 +50,8 @@ function windowSeconds(policy: BucketPolicy): number {
 }
 
 /**
- * Writes the rate-limit headers for a verdict; used by the interceptor on allowed responses and by the
- * guard before it throws the 429, so both carry the same fields.
+ * Writes the rate-limit headers for a verdict: the guard calls it for allowed requests and before it
+ * throws the 429, so both carry the same fields.
  */
 @Injectable()
 export class RateLimitHeadersWriter {
