@@ -48,6 +48,17 @@ export function createRedisClient(redis: string | RedisOptions | RedisClient): {
   return { client: new Redis({ ...redis, ...failFast }), owned: true };
 }
 
+/** Waits for `promise` at most `ms`; answers whether it settled in time. Leaves no timer behind. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((resolve) => (timer = setTimeout(resolve, ms, false)));
+  try {
+    return await Promise.race([promise.then(() => true), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** The first `{...}` of a key: what Redis Cluster hashes to pick the slot. */
 function hashTag(key: string): string {
   const open = key.indexOf('{');
@@ -86,17 +97,8 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     if (this.client instanceof Cluster && this.client.status === 'ready') await this.connectMasters(this.client);
     if (!this.owned || this.client.status === 'ready') return;
     if (this.client.status === 'wait') this.client.connect().catch(() => undefined);
-    const ready = await new Promise<boolean>((resolve) => {
-      const timer = setTimeout(() => done(false), CONNECT_WAIT_MS);
-      const onReady = () => done(true);
-      const done = (value: boolean) => {
-        clearTimeout(timer);
-        this.client.off('ready', onReady);
-        resolve(value);
-      };
-      this.client.once('ready', onReady);
-    });
-    if (!ready) {
+    const ready = new Promise<void>((resolve) => this.client.once('ready', resolve));
+    if (!(await settlesWithin(ready, CONNECT_WAIT_MS))) {
       this.logger.warn('Redis is not reachable yet; decisions follow failureMode until it answers');
     }
   }
@@ -107,9 +109,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
    */
   private async connectMasters(cluster: Cluster): Promise<void> {
     const pings = Promise.all(cluster.nodes('master').map((node) => node.ping().catch(() => undefined)));
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([pings, new Promise((resolve) => (timer = setTimeout(resolve, CONNECT_WAIT_MS)))]);
-    clearTimeout(timer);
+    await settlesWithin(pings, CONNECT_WAIT_MS);
   }
 
   async onModuleDestroy(): Promise<void> {
