@@ -4,7 +4,7 @@ export default {
   rootDir: '.',
   extensionsToTreatAsEsm: ['.ts'],
   moduleNameMapper: {
-    '^@app/rate-limit$': '<rootDir>/libs/rate-limit/src/index.ts',
+    '^nest-redis-rate-limit$': '<rootDir>/libs/rate-limit/src/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
   transform: {

@@ -17,7 +17,7 @@ import { APP_GUARD, NestFactory } from '@nestjs/core';
 import { Throttle, ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
 import { Redis } from 'ioredis';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
-import { RateLimit, RateLimitModule } from '@app/rate-limit';
+import { RateLimit, RateLimitModule } from 'nest-redis-rate-limit';
 import { HTTP_VARIANTS, type HttpVariant, LIMITS, REDIS_URL } from './settings.js';
 
 /**

@@ -4,7 +4,7 @@ import type { INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Redis } from 'ioredis';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
-import { BucketService, RateLimitModule } from '@app/rate-limit';
+import { BucketService, RateLimitModule } from 'nest-redis-rate-limit';
 import type { LimiterName, Limits } from './settings.js';
 
 /** One limiter seen from outside: take one unit for `key`, allowed or not. */

@@ -81,7 +81,7 @@ export type LimiterName = (typeof LIMITERS)[number];
 
 export const LABELS: Record<HttpVariant | LimiterName, string> = {
   none: 'no limiter',
-  ours: 'ours (@app/rate-limit)',
+  ours: 'ours (nest-redis-rate-limit)',
   'ours-no-deny-cache': 'ours, denyCache: false',
   'nestjs-throttler': '@nestjs/throttler + @nest-lab/throttler-storage-redis',
   'rate-limiter-flexible': 'rate-limiter-flexible RateLimiterRedis',

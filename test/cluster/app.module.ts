@@ -1,5 +1,5 @@
 import { Module } from '@nestjs/common';
-import { RateLimitModule, type RateLimitModuleOptions } from '@app/rate-limit';
+import { RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { ClusterController } from './cluster.controller.js';
 
 export function clusterAppModule(options: RateLimitModuleOptions) {

@@ -2,7 +2,7 @@ import type { INestApplication } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { type Cluster, Redis } from 'ioredis';
 import request from 'supertest';
-import { BucketService, RateLimitModule } from '@app/rate-limit';
+import { BucketService, RateLimitModule } from 'nest-redis-rate-limit';
 import { apiKeyIdentity, serviceKey } from '../../libs/rate-limit/src/keys/identity.js';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { LocalCluster } from '../support/cluster.js';

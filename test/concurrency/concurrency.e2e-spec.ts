@@ -2,7 +2,7 @@ import { Controller, Get, type INestApplication, Module } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { BucketService, RateLimit, RateLimitModule } from '@app/rate-limit';
+import { BucketService, RateLimit, RateLimitModule } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
 

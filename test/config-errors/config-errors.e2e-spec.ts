@@ -1,6 +1,6 @@
 import { Controller, Get, Module, type Type } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { RateLimit, RateLimitModule, type RateLimitModuleOptions, type RateLimitPolicy } from '@app/rate-limit';
+import { RateLimit, RateLimitModule, type RateLimitModuleOptions, type RateLimitPolicy } from 'nest-redis-rate-limit';
 import { redisUrl, testPrefix } from '../support/redis.js';
 
 /**

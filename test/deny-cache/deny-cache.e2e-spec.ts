@@ -2,7 +2,7 @@ import { type INestApplication, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { type BucketPolicy, BucketService, RateLimitModule, type RateLimitModuleOptions, RedisBucketStore } from '@app/rate-limit';
+import { type BucketPolicy, BucketService, RateLimitModule, type RateLimitModuleOptions, RedisBucketStore } from 'nest-redis-rate-limit';
 import { DenyCache } from '../../libs/rate-limit/src/bucket/deny-cache.js';
 import type { BucketRequest } from '../../libs/rate-limit/src/bucket/token-bucket.js';
 import { createApp, PLATFORMS } from '../support/app.js';

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { Module } from '@nestjs/common';
-import { RateLimitModule, type RateLimitModuleOptions } from '@app/rate-limit';
+import { RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { FailureController, SCOPE } from './failure.controller.js';
 
 export function failureAppModule(options: RateLimitModuleOptions) {

@@ -1,7 +1,7 @@
 import { Logger, type LoggerService } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
-import { BucketService, type FailureMode, RateLimitModule, RedisBucketStore } from '@app/rate-limit';
+import { BucketService, type FailureMode, RateLimitModule, RedisBucketStore } from 'nest-redis-rate-limit';
 import { ThrottledLogger } from '../../libs/rate-limit/src/throttled-logger.js';
 import { sleep } from '../support/load.js';
 import { RedisServer, redisUrl, testPrefix } from '../support/redis.js';

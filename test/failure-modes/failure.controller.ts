@@ -1,5 +1,5 @@
 import { Controller, Get } from '@nestjs/common';
-import { RateLimit } from '@app/rate-limit';
+import { RateLimit } from 'nest-redis-rate-limit';
 
 /** Burst 10, refilled at one token per 2 s: no refill worth a token during one scenario's phases. */
 export const CAPACITY = 10;

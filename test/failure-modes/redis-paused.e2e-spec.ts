@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks';
 import type { INestApplication } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import type { Redis } from 'ioredis';
-import { BucketService, type FailureMode, RateLimitModule, type Verdict } from '@app/rate-limit';
+import { BucketService, type FailureMode, RateLimitModule, type Verdict } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { type Answer, countByStatus, sleep, startLoad, stopAllLoads, watchCpu } from '../support/load.js';
 import { commandCalls, RedisServer, testPrefix } from '../support/redis.js';

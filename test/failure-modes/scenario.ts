@@ -1,6 +1,6 @@
 import type { INestApplication } from '@nestjs/common';
 import { Redis } from 'ioredis';
-import type { FailureMode } from '@app/rate-limit';
+import type { FailureMode } from 'nest-redis-rate-limit';
 import { type Answer, type CpuShare, sleep, timedGet } from '../support/load.js';
 import { bucketKey } from './app.module.js';
 import { CAPACITY } from './failure.controller.js';

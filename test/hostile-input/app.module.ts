@@ -1,5 +1,5 @@
 import { Module } from '@nestjs/common';
-import { RateLimitModule } from '@app/rate-limit';
+import { RateLimitModule } from 'nest-redis-rate-limit';
 import { HostileController } from './hostile.controller.js';
 
 /** The user id comes from `x-user`; `x-user-throw` makes the user function throw, as a broken token decoder would. */

@@ -3,7 +3,7 @@ import type { INestApplication } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { BucketService, RateLimitModule } from '@app/rate-limit';
+import { BucketService, RateLimitModule } from 'nest-redis-rate-limit';
 import { ipIdentity } from '../../libs/rate-limit/src/keys/identity.js';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../support/redis.js';

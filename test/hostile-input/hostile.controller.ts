@@ -1,5 +1,5 @@
 import { Controller, type ExecutionContext, Get } from '@nestjs/common';
-import { RateLimit } from '@app/rate-limit';
+import { RateLimit } from 'nest-redis-rate-limit';
 
 /** Two tokens that do not refill within a test: the third request of one identity is a 429. */
 const CAPACITY = 2;

@@ -1,7 +1,7 @@
 import type { INestApplication } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import type { RateLimitModuleOptions } from '@app/rate-limit';
+import type { RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
 import { headersAppModule } from './app.module.js';

@@ -1,5 +1,5 @@
 import { Controller, Get } from '@nestjs/common';
-import { RateLimit } from '@app/rate-limit';
+import { RateLimit } from 'nest-redis-rate-limit';
 
 /** Refill so slow (one token per 100 s) that a burst's numbers cannot move while a test runs. */
 export const SLOW = 0.01;

@@ -1,5 +1,5 @@
 import { Controller, type ExecutionContext, Get } from '@nestjs/common';
-import { RateLimit } from '@app/rate-limit';
+import { RateLimit } from 'nest-redis-rate-limit';
 
 const tenant = (context: ExecutionContext) => context.switchToHttp().getRequest().headers['x-tenant'];
 

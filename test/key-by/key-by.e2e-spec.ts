@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { type INestApplication, Module } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { RateLimitModule } from '@app/rate-limit';
+import { RateLimitModule } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../support/redis.js';
 import { KeyByController } from './key-by.controller.js';

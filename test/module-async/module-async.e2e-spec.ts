@@ -2,7 +2,7 @@ import { Injectable, Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
-import { BucketService, RateLimitModule, type RateLimitModuleOptions } from '@app/rate-limit';
+import { BucketService, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../support/redis.js';
 
 const POLICY = { capacity: 2, refillPerSecond: 0.01 };

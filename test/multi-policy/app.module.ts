@@ -1,5 +1,5 @@
 import { Module } from '@nestjs/common';
-import { RateLimitModule, type RateLimitModuleOptions } from '@app/rate-limit';
+import { RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { MultiPolicyController } from './multi-policy.controller.js';
 
 export function multiPolicyAppModule(options: RateLimitModuleOptions) {

@@ -1,5 +1,5 @@
 import { Controller, Get } from '@nestjs/common';
-import { RateLimit } from '@app/rate-limit';
+import { RateLimit } from 'nest-redis-rate-limit';
 
 /** Refills so slow (one token per 100 s, three per hour) that counts cannot move while a test runs. */
 export const BURST = { capacity: 10, refillPerSecond: 0.01 } as const;

@@ -2,7 +2,7 @@ import type { INestApplication } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { BucketService, RateLimitModule, type RateLimitModuleOptions } from '@app/rate-limit';
+import { BucketService, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
 import { multiPolicyAppModule } from './app.module.js';

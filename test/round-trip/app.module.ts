@@ -1,5 +1,5 @@
 import { Module } from '@nestjs/common';
-import { RateLimitModule, type RateLimitModuleOptions } from '@app/rate-limit';
+import { RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { RoundTripController } from './round-trip.controller.js';
 
 export function roundTripAppModule(options: RateLimitModuleOptions) {

@@ -1,5 +1,5 @@
 import { Controller, Get } from '@nestjs/common';
-import { RateLimit } from '@app/rate-limit';
+import { RateLimit } from 'nest-redis-rate-limit';
 
 /** Capacities no test exhausts unless it means to, refills too slow to matter. */
 const ROOMY = { capacity: 1000, refillPerSecond: 0.01 } as const;

@@ -1,7 +1,7 @@
 import { type INestApplication, Module } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { RateLimitModule, type RateLimitModuleOptions } from '@app/rate-limit';
+import { RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { RedisServer, scriptCalls } from '../support/redis.js';
 import { ClassLimitedController, ClassSkippedController, OpenController } from './routes.controller.js';

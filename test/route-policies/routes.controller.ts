@@ -1,5 +1,5 @@
 import { Controller, Get } from '@nestjs/common';
-import { RateLimit, SkipRateLimit } from '@app/rate-limit';
+import { RateLimit, SkipRateLimit } from 'nest-redis-rate-limit';
 
 @Controller('open')
 export class OpenController {

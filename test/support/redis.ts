@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
-import { redisAnswers } from '@app/rate-limit';
+import { redisAnswers } from 'nest-redis-rate-limit';
 
 /**
  * Redis for tests, in this order: REDIS_URL; 127.0.0.1:6379 if it answers; a `redis-server` binary

@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
-import { MemoryBucketStore, RedisBucketStore } from '@app/rate-limit';
-import type { BucketStore } from '@app/rate-limit';
+import { MemoryBucketStore, RedisBucketStore } from 'nest-redis-rate-limit';
+import type { BucketStore } from 'nest-redis-rate-limit';
 import { toDecision } from '../../libs/rate-limit/src/bucket/token-bucket.js';
 import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
 

@@ -1,6 +1,6 @@
 import { Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
-import { RateLimitModule } from '@app/rate-limit';
+import { RateLimitModule } from 'nest-redis-rate-limit';
 import { AuthController } from './auth.controller.js';
 import { HealthController } from './health.controller.js';
 import { HelloController } from './hello.controller.js';

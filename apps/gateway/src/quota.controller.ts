@@ -1,5 +1,5 @@
 import { Controller, Get, Headers, Param, ParseIntPipe, Post } from '@nestjs/common';
-import { BucketService } from '@app/rate-limit';
+import { BucketService } from 'nest-redis-rate-limit';
 
 const EXPORTS = { capacity: 3, refillPerSecond: 1 / 600 };
 

@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { type RateLimitModuleOptions, redisAnswers } from '@app/rate-limit';
+import { type RateLimitModuleOptions, redisAnswers } from 'nest-redis-rate-limit';
 
 /** The demo's limiter options: Redis at `url` when it answers, else the in-process store with a warning. */
 export async function gatewayRateLimitOptions(url: string, keyPrefix = 'gateway:'): Promise<RateLimitModuleOptions> {
