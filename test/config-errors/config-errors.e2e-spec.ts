@@ -103,9 +103,12 @@ describe('policy errors stop app.init() and name the controller and handler', ()
     });
   });
 
-  it('names the first route that would use invalid module defaults', async () => {
+  it('says an invalid policy comes from the module option defaults, not from a decorator', async () => {
     const result = await startUp(await appWith(reportsController([]), { defaults: { capacity: 10, refillPerSecond: 1, cost: 20 } }));
-    expect(result).toEqual({ phase: 'init', message: `@RateLimit cost must be an integer from 1 to capacity 10 (got 20) ${on}` });
+    expect(result).toEqual({
+      phase: 'init',
+      message: 'RateLimitModule defaults[0] cost must be an integer from 1 to capacity 10 (got 20) on the module options',
+    });
   });
 
   it('starts with the same controller once the policy is valid', async () => {

@@ -1,31 +1,12 @@
-import { Logger, type LoggerService } from '@nestjs/common';
+import { Logger } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import { BucketService, type FailureMode, RateLimitModule, RedisBucketStore } from 'nest-redis-rate-limit';
 import { ThrottledLogger } from '../../libs/rate-limit/src/throttled-logger.js';
 import { sleep } from '../support/load.js';
+import { LogRecorder } from '../support/log-recorder.js';
 import { RedisServer, redisUrl, testPrefix } from '../support/redis.js';
 import { MODES, TIMEOUT_MS } from './scenario.js';
-
-/** Every line logged, by level, with its context. */
-class LogRecorder implements LoggerService {
-  readonly lines: { level: string; message: string; context?: string }[] = [];
-  log(message: unknown, context?: string) {
-    this.lines.push({ level: 'log', message: String(message), context });
-  }
-  warn(message: unknown, context?: string) {
-    this.lines.push({ level: 'warn', message: String(message), context });
-  }
-  error(message: unknown, context?: string) {
-    this.lines.push({ level: 'error', message: String(message), context });
-  }
-  of(context: string, level: string) {
-    return this.lines.filter((l) => l.context === context && l.level === level).map((l) => l.message);
-  }
-  clear() {
-    this.lines.length = 0;
-  }
-}
 
 const EFFECT: Record<FailureMode, string> = {
   open: 'requests are allowed without a limit',

@@ -1,5 +1,9 @@
 export { RateLimitModule } from './rate-limit.module.js';
-export { RATE_LIMIT_OPTIONS } from './rate-limit.module-definition.js';
+export {
+  RATE_LIMIT_OPTIONS,
+  type RateLimitModuleAsyncOptions,
+  type RateLimitOptionsFactory,
+} from './rate-limit.module-definition.js';
 export type {
   FailureMode,
   RateLimitKeyOptions,
@@ -7,7 +11,7 @@ export type {
   ResolvedRateLimitOptions,
   StandardHeaders,
 } from './rate-limit.options.js';
-export type { BucketDecision, BucketPolicy, KeyBy, RateLimitPolicy } from './rate-limit.interfaces.js';
+export type { BucketDecision, BucketPolicy, KeyBy, PolicyPhase, RateLimitPolicy } from './rate-limit.interfaces.js';
 export { RateLimit } from './decorators/rate-limit.decorator.js';
 export { SkipRateLimit } from './decorators/skip-rate-limit.decorator.js';
 export {
@@ -17,7 +21,9 @@ export {
   type Verdict,
   type VerdictSource,
 } from './bucket/bucket.service.js';
-export { RateLimitGuard, type RateLimitState } from './guards/rate-limit.guard.js';
+export { RateLimitGuard } from './guards/rate-limit.guard.js';
+export { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
+export type { RateLimitState } from './routes/route-limiter.js';
 export { RateLimitException } from './rate-limit.exception.js';
 export { RateLimitTimeoutError } from './bucket/with-timeout.js';
 export { BucketStore, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';

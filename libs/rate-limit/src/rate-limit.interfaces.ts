@@ -15,6 +15,13 @@ export type KeyBy =
   | 'apiKey'
   | ((context: ExecutionContext) => string | Promise<string>);
 
+/**
+ * When a route policy is decided. `'before-guards'`: in `RateLimitGuard`, before the app's own guards, so
+ * it also counts requests they refuse (a per-IP login limit). `'after-guards'`: in `RateLimitInterceptor`,
+ * after the app's guards, so it sees what they set (`req.user`).
+ */
+export type PolicyPhase = 'before-guards' | 'after-guards';
+
 /** One `@RateLimit()` policy on a controller or handler. */
 export interface RateLimitPolicy extends BucketPolicy {
   /** Whose bucket: `'ip'` (default), `'user'`, `'apiKey'` or a function of the execution context. */
@@ -23,6 +30,11 @@ export interface RateLimitPolicy extends BucketPolicy {
   cost?: number;
   /** Bucket name shared by every route that uses it (default: `Controller.handler`). */
   name?: string;
+  /**
+   * When it is decided. Default: `'before-guards'` for `'ip'` and for `'apiKey'` read from the raw header;
+   * `'after-guards'` for `'user'`, for `'apiKey'` with `keys.apiKey` set, and for keyBy functions.
+   */
+  phase?: PolicyPhase;
 }
 
 /** What one bucket said about one request. All counts are integers. */

@@ -14,3 +14,11 @@ export const {
 
 /** Injection token of the options with every default applied (`ResolvedRateLimitOptions`). */
 export const RATE_LIMIT_OPTIONS = Symbol('RATE_LIMIT_OPTIONS');
+
+/** What a `forRootAsync({ useClass })` / `useExisting` class implements. */
+export interface RateLimitOptionsFactory {
+  createRateLimitOptions(): RateLimitModuleOptions | Promise<RateLimitModuleOptions>;
+}
+
+/** What `forRootAsync()` takes: `imports`, `inject`, and `useFactory`, `useClass` or `useExisting` (plus `isGlobal`). */
+export type RateLimitModuleAsyncOptions = typeof RATE_LIMIT_ASYNC_OPTIONS_TYPE;

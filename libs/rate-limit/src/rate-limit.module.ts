@@ -1,16 +1,19 @@
-import { Module } from '@nestjs/common';
-import { APP_GUARD, DiscoveryModule } from '@nestjs/core';
+import { type DynamicModule, Module } from '@nestjs/common';
+import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { BucketService } from './bucket/bucket.service.js';
 import { RateLimitGuard } from './guards/rate-limit.guard.js';
 import { RateLimitHeadersWriter } from './headers/rate-limit-headers.writer.js';
+import { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
 import { PolicyRegistry } from './policies/policy-registry.js';
 import {
   ConfigurableRateLimitModule,
   RATE_LIMIT_MODULE_OPTIONS,
   RATE_LIMIT_OPTIONS,
+  type RATE_LIMIT_OPTIONS_TYPE,
 } from './rate-limit.module-definition.js';
 import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
 import { resolveOptions } from './rate-limit.options-resolver.js';
+import { RouteLimiter } from './routes/route-limiter.js';
 import { BucketStore } from './stores/bucket-store.interface.js';
 import { MemoryBucketStore } from './stores/memory-bucket.store.js';
 import { createRedisClient, RedisBucketStore } from './stores/redis-bucket.store.js';
@@ -21,26 +24,53 @@ function createStore(options: ResolvedRateLimitOptions): BucketStore {
   return new RedisBucketStore(client, owned);
 }
 
+function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRateLimitOptions {
+  if (options === undefined) {
+    throw new Error(
+      'RateLimitModule was imported without options: use RateLimitModule.forRoot({ ... }) or ' +
+        'RateLimitModule.forRootAsync({ ... }) in the imports of your root module',
+    );
+  }
+  return resolveOptions(options);
+}
+
 /**
- * Distributed token-bucket rate limiting. `forRoot()` / `forRootAsync()` provide `BucketService` and
- * register the guard (which also writes the headers) for the whole application, so `@RateLimit()` on a
- * controller is all a route needs. No interceptor is registered: one on every route of the app would
- * cost more than the limiter itself.
+ * Distributed token-bucket rate limiting. `forRoot()` / `forRootAsync()` provide `BucketService`, register
+ * `RateLimitGuard` for the whole application (unless `guard: false`), and — only when `defaults` limit
+ * undecorated routes — `RateLimitInterceptor` too; `@RateLimit()` applies the interceptor where it is used.
  */
 @Module({
   imports: [DiscoveryModule],
   providers: [
     {
       provide: RATE_LIMIT_OPTIONS,
-      useFactory: (options: RateLimitModuleOptions) => resolveOptions(options),
-      inject: [RATE_LIMIT_MODULE_OPTIONS],
+      useFactory: requireOptions,
+      inject: [{ token: RATE_LIMIT_MODULE_OPTIONS, optional: true }],
     },
     { provide: BucketStore, useFactory: createStore, inject: [RATE_LIMIT_OPTIONS] },
     BucketService,
     PolicyRegistry,
     RateLimitHeadersWriter,
-    { provide: APP_GUARD, useClass: RateLimitGuard },
+    RouteLimiter,
+    // A factory that gives null registers nothing: Nest skips it.
+    {
+      provide: APP_GUARD,
+      useFactory: (options: ResolvedRateLimitOptions, moduleRef: ModuleRef) =>
+        options.guard ? new RateLimitGuard(moduleRef) : null,
+      inject: [RATE_LIMIT_OPTIONS, ModuleRef],
+    },
+    {
+      provide: APP_INTERCEPTOR,
+      useFactory: (options: ResolvedRateLimitOptions, moduleRef: ModuleRef) =>
+        options.defaults.length > 0 ? new RateLimitInterceptor(moduleRef) : null,
+      inject: [RATE_LIMIT_OPTIONS, ModuleRef],
+    },
   ],
   exports: [BucketService],
 })
-export class RateLimitModule extends ConfigurableRateLimitModule {}
+export class RateLimitModule extends ConfigurableRateLimitModule {
+  /** `forRoot()` without options uses every default (Redis at 127.0.0.1:6379). */
+  static override forRoot(options: typeof RATE_LIMIT_OPTIONS_TYPE = {}): DynamicModule {
+    return super.forRoot(options);
+  }
+}

@@ -37,6 +37,16 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
   if (options.keys?.user !== undefined && typeof options.keys.user !== 'function') {
     throw new Error('RateLimitModule: keys.user must be a function (request) => string | undefined');
   }
+  if (options.keys?.apiKey !== undefined && typeof options.keys.apiKey !== 'function') {
+    throw new Error('RateLimitModule: keys.apiKey must be a function (request) => string | undefined (sync or async)');
+  }
+  const secret = options.keys?.secret;
+  if (secret !== undefined && (typeof secret !== 'string' || secret.length < 16)) {
+    throw new Error('RateLimitModule: keys.secret must be a string of at least 16 characters');
+  }
+  if (options.guard !== undefined && typeof options.guard !== 'boolean') {
+    throw new Error(`RateLimitModule: guard must be true or false (got ${JSON.stringify(options.guard)})`);
+  }
   const defaults = options.defaults === undefined ? [] : [options.defaults].flat();
   if (options.denyCache !== undefined && typeof options.denyCache !== 'boolean') {
     throw new Error(`RateLimitModule: denyCache must be true or false (got ${JSON.stringify(options.denyCache)})`);
@@ -51,7 +61,10 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     standardHeaders: oneOf('standardHeaders', options.standardHeaders, STANDARD_HEADERS, 'draft-6'),
     apiKeyHeader: apiKeyHeader.toLowerCase(),
     user: options.keys?.user,
+    apiKey: options.keys?.apiKey,
+    secret,
     defaults,
     denyCache: options.denyCache ?? true,
+    guard: options.guard ?? true,
   };
 }

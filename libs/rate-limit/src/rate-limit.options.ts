@@ -10,6 +10,14 @@ export interface RateLimitKeyOptions {
   apiKeyHeader?: string;
   /** The user id for `keyBy: 'user'`. Default: `req.user.id`. */
   user?: (request: any) => string | number | undefined;
+  /**
+   * The verified API key (or the identity it belongs to, after a lookup) for `keyBy: 'apiKey'`; undefined
+   * when the request has no valid key, which then falls back to the IP bucket. Default: none, and the raw
+   * `apiKeyHeader` value is used, which lets a client pick a new bucket per request.
+   */
+  apiKey?: (request: any) => string | undefined | Promise<string | undefined>;
+  /** Secret of the HMAC that digests API keys and hashed identities in key names. Default: none (plain SHA-256). */
+  secret?: string;
 }
 
 /** Options of `RateLimitModule.forRoot()` / `forRootAsync()`. */
@@ -34,6 +42,8 @@ export interface RateLimitModuleOptions {
   defaults?: RateLimitPolicy | RateLimitPolicy[];
   /** After Redis denies a bucket, deny it here without a Redis call until its next token can exist (only what Redis would deny). Default true. */
   denyCache?: boolean;
+  /** Register `RateLimitGuard` for the whole application. `false` when you place the guard yourself. Default true. */
+  guard?: boolean;
 }
 
 /** The options after defaults are applied. */
@@ -47,6 +57,9 @@ export interface ResolvedRateLimitOptions {
   standardHeaders: StandardHeaders;
   apiKeyHeader: string;
   user?: (request: any) => string | number | undefined;
+  apiKey?: (request: any) => string | undefined | Promise<string | undefined>;
+  secret?: string;
   defaults: RateLimitPolicy[];
   denyCache: boolean;
+  guard: boolean;
 }

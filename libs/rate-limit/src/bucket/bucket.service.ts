@@ -3,7 +3,7 @@ import type { BucketDecision, BucketPolicy } from '../rate-limit.interfaces.js';
 import { PROBE_AFTER_FAILURES } from '../rate-limit.constants.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { FailureMode, ResolvedRateLimitOptions } from '../rate-limit.options.js';
-import { serviceKey } from '../keys/identity.js';
+import { createDigest, type Digest, serviceKey } from '../keys/identity.js';
 import { ThrottledLogger } from '../throttled-logger.js';
 import { assertBucketPolicy, assertCost } from '../policies/policy.js';
 import { BucketStore, type TakeOptions, type TakeResult } from '../stores/bucket-store.interface.js';
@@ -74,6 +74,8 @@ export class BucketService {
   private readonly denyCache: DenyCache | undefined;
   /** The timeout of every decision, one timer for all of them. */
   private readonly deadlines: Deadlines;
+  /** Digest of bucket names that cannot appear in a key as they are. */
+  private readonly hash: Digest;
 
   constructor(
     @Inject(BucketStore) private readonly store: BucketStore,
@@ -81,6 +83,7 @@ export class BucketService {
   ) {
     this.denyCache = options.denyCache && store.remote ? new DenyCache() : undefined;
     this.deadlines = new Deadlines(options.timeoutMs);
+    this.hash = createDigest(options.secret);
   }
 
   /**
@@ -110,7 +113,7 @@ export class BucketService {
 
   /** Makes the bucket `name` full again. */
   async reset(name: string): Promise<void> {
-    const keys = [serviceKey(this.options.keyPrefix, name)];
+    const keys = [serviceKey(this.options.keyPrefix, name, this.hash)];
     this.denyCache?.forget(keys[0]);
     await this.local.delete(keys);
     const deleted = this.store.delete(keys);
@@ -149,6 +152,25 @@ export class BucketService {
     }
   }
 
+  /**
+   * Gives back what an allowed decision of `source` took, capped at capacity: the store's buckets, or the
+   * in-process ones of `failureMode: 'local'`; nothing was taken in `'open'` mode. Answers the tokens
+   * after the refund, or undefined when there was nothing to give back or the store failed (then the
+   * tokens come back by refilling). Never waits longer than `timeoutMs`.
+   */
+  async refund(requests: readonly BucketRequest[], source: VerdictSource): Promise<number[] | undefined> {
+    if (source === 'local') return this.local.takeSync(requests, { refund: true }).tokens;
+    if (source !== 'store') return undefined;
+    for (const request of requests) this.denyCache?.forget(request.key);
+    try {
+      const refunded = this.store.take(requests, { refund: true });
+      return (await (this.store.remote ? this.deadlines.race(refunded) : refunded)).tokens;
+    } catch (error) {
+      this.failed(error);
+      return undefined;
+    }
+  }
+
   /** The verdict `failureMode` gives while the store cannot decide. */
   private fallback(requests: readonly BucketRequest[], options: TakeOptions | undefined): Verdict {
     this.degraded++;
@@ -167,7 +189,7 @@ export class BucketService {
     assertBucketPolicy(entry.policy, where, 'BucketService');
     assertCost(cost, entry.policy.capacity, where, 'BucketService');
     return {
-      key: serviceKey(this.options.keyPrefix, entry.name),
+      key: serviceKey(this.options.keyPrefix, entry.name, this.hash),
       capacity: entry.policy.capacity,
       refillPerSecond: entry.policy.refillPerSecond,
       cost,

@@ -1,6 +1,9 @@
-import { createHash } from 'node:crypto';
+import { createHash, createHmac } from 'node:crypto';
 import { isIPv4, isIPv6 } from 'node:net';
 import { DIGEST_LENGTH, SAFE_IDENTITY } from '../rate-limit.constants.js';
+
+/** Turns a value into the fixed-length hex text that stands for it in key names. */
+export type Digest = (value: string) => string;
 
 /** Truncated SHA-256 hex digest. */
 export function digest(value: string): string {
@@ -8,16 +11,25 @@ export function digest(value: string): string {
 }
 
 /**
+ * The digest of key names: an HMAC of `secret` when one is set (`keys.secret`), so that nobody without
+ * it can compute which key, and which Cluster slot, a made-up value lands in; else plain SHA-256.
+ */
+export function createDigest(secret: string | undefined): Digest {
+  if (secret === undefined) return digest;
+  return (value) => createHmac('sha256', secret).update(value).digest('hex').slice(0, DIGEST_LENGTH);
+}
+
+/**
  * `kind:value` when the value is short and plain; otherwise `kind~digest`. `~` never appears in a plain
  * value, so a hashed identity cannot equal a plain one, and braces or newlines never reach a key.
  */
-export function identity(kind: string, value: string): string {
-  return SAFE_IDENTITY.test(value) ? `${kind}:${value}` : `${kind}~${digest(value)}`;
+export function identity(kind: string, value: string, hash: Digest = digest): string {
+  return SAFE_IDENTITY.test(value) ? `${kind}:${value}` : `${kind}~${hash(value)}`;
 }
 
 /** An API key is a secret: only its digest ever appears in a key name. */
-export function apiKeyIdentity(apiKey: string): string {
-  return `key:${digest(apiKey)}`;
+export function apiKeyIdentity(apiKey: string, hash: Digest = digest): string {
+  return `key:${hash(apiKey)}`;
 }
 
 /**
@@ -57,6 +69,6 @@ export function routeKey(prefix: string, id: string, keySuffix: string): string 
 }
 
 /** Key of a `BucketService` bucket: `{prefix}{<name>}`, a name outside the plain alphabet hashed. */
-export function serviceKey(prefix: string, name: string): string {
-  return `${prefix}{${SAFE_IDENTITY.test(name) ? name : `~${digest(name)}`}}`;
+export function serviceKey(prefix: string, name: string, hash: Digest = digest): string {
+  return `${prefix}{${SAFE_IDENTITY.test(name) ? name : `~${hash(name)}`}}`;
 }

@@ -5,10 +5,27 @@ import { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js
 import type { RateLimitPolicy } from '../rate-limit.interfaces.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
-import { type CompiledPolicy, compilePolicy } from './policy.js';
+import { type CompiledPolicy, compilePolicy, type PolicyContext } from './policy.js';
 
-/** What the guard enforces on one route; `null` means the route is not limited. */
-export type RoutePlan = readonly CompiledPolicy[] | null;
+/** The policies of one limited route, split by the phase that decides them. */
+export interface RoutePlan {
+  /** `Controller.handler`, for messages. */
+  route: string;
+  /** Every policy, in the order the decorators are written. */
+  policies: readonly CompiledPolicy[];
+  /** Decided by `RateLimitGuard`, before the app's guards. */
+  beforeGuards: readonly CompiledPolicy[];
+  /** Decided by `RateLimitInterceptor`, after the app's guards. */
+  afterGuards: readonly CompiledPolicy[];
+  /** Position in `policies` of each policy of `beforeGuards`, then of each of `afterGuards`. */
+  order: readonly number[];
+}
+
+function toPlan(route: string, policies: CompiledPolicy[]): RoutePlan {
+  const before = policies.filter((p) => p.phase === 'before-guards');
+  const after = policies.filter((p) => p.phase === 'after-guards');
+  return { route, policies, beforeGuards: before, afterGuards: after, order: [...before, ...after].map((p) => policies.indexOf(p)) };
+}
 
 /**
  * Resolves every route's policies once, at start-up: validation errors stop the application with the
@@ -16,15 +33,20 @@ export type RoutePlan = readonly CompiledPolicy[] | null;
  */
 @Injectable()
 export class PolicyRegistry implements OnModuleInit {
-  private readonly plans = new Map<Function, Map<Function, RoutePlan>>();
+  private readonly plans = new Map<Function, Map<Function, RoutePlan | null>>();
+  private readonly context: PolicyContext;
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
-  ) {}
+  ) {
+    this.context = { apiKeyVerified: options.apiKey !== undefined };
+  }
 
   onModuleInit(): void {
+    // Checked even when no route uses them yet.
+    this.compile(this.options.defaults, 'the module options', true);
     for (const wrapper of this.discovery.getControllers()) {
       const controller = wrapper.metatype as Type | null;
       if (!controller || typeof controller !== 'function') continue;
@@ -35,8 +57,8 @@ export class PolicyRegistry implements OnModuleInit {
     }
   }
 
-  /** The plan for a handler of a controller; computed on first use for routes start-up did not see. */
-  planFor(controller: Function, handler: Function): RoutePlan {
+  /** The plan for a handler of a controller (`null`: not limited); computed on first use for routes start-up did not see. */
+  planFor(controller: Function, handler: Function): RoutePlan | null {
     let byHandler = this.plans.get(controller);
     if (byHandler === undefined) this.plans.set(controller, (byHandler = new Map()));
     let plan = byHandler.get(handler);
@@ -44,7 +66,7 @@ export class PolicyRegistry implements OnModuleInit {
     return plan;
   }
 
-  private resolve(controller: Function, handler: Function): RoutePlan {
+  private resolve(controller: Function, handler: Function): RoutePlan | null {
     const route = `${controller.name}.${handler.name}`;
     if (Reflect.getMetadata(RATE_LIMIT_SKIP, handler) === true) return null;
     const policies: RateLimitPolicy[] | undefined =
@@ -54,9 +76,19 @@ export class PolicyRegistry implements OnModuleInit {
         : Reflect.getMetadata(RATE_LIMIT_POLICIES, controller));
     const chosen = policies ?? this.options.defaults;
     if (chosen.length === 0) return null;
+    return toPlan(route, this.compile(chosen, route, policies === undefined));
+  }
+
+  private compile(chosen: readonly RateLimitPolicy[], route: string, defaults: boolean): CompiledPolicy[] {
     // Unnamed stacked policies each need a bucket of their own: number them after the route.
     const compiled = chosen.map((policy, i) =>
-      compilePolicy(policy, route, chosen.length > 1 ? `${route}#${i}` : route),
+      compilePolicy(
+        policy,
+        route,
+        this.context,
+        chosen.length > 1 ? `${route}#${i}` : route,
+        defaults ? `RateLimitModule defaults[${i}]` : '@RateLimit',
+      ),
     );
     const buckets = compiled.map((p) => `${typeof p.keyBy === 'function' ? p.keyBy.name : p.keyBy}|${p.scope}`);
     if (new Set(buckets).size !== buckets.length) {

@@ -1,7 +1,8 @@
-import type { BucketPolicy, KeyBy, RateLimitPolicy } from '../rate-limit.interfaces.js';
+import type { BucketPolicy, KeyBy, PolicyPhase, RateLimitPolicy } from '../rate-limit.interfaces.js';
 import { SAFE_IDENTITY } from '../rate-limit.constants.js';
 
 const KEY_BY_NAMES: readonly string[] = ['ip', 'user', 'apiKey'];
+const PHASES: readonly string[] = ['before-guards', 'after-guards'];
 
 /** A route policy checked and resolved once, at start-up. */
 export interface CompiledPolicy extends BucketPolicy {
@@ -11,6 +12,25 @@ export interface CompiledPolicy extends BucketPolicy {
   scope: string;
   /** What follows the identity in the key: `}:<scope>`. */
   keySuffix: string;
+  /** Decided by the guard (before the app's guards) or by the interceptor (after them). */
+  phase: PolicyPhase;
+}
+
+/** What compiling a route policy needs to know of the module options. */
+export interface PolicyContext {
+  /** `keys.apiKey` is set: API keys are verified by the app, after its guards. */
+  apiKeyVerified: boolean;
+}
+
+/**
+ * The phase a policy is decided in when it names none: before the app's guards when its identity is on
+ * the raw request (the IP, an unverified API key header), after them when the app's guards or hooks
+ * establish it (the user, a verified key, whatever a keyBy function reads).
+ */
+function defaultPhase(keyBy: KeyBy, context: PolicyContext): PolicyPhase {
+  if (keyBy === 'ip') return 'before-guards';
+  if (keyBy === 'apiKey') return context.apiKeyVerified ? 'after-guards' : 'before-guards';
+  return 'after-guards';
 }
 
 function describe(value: unknown): string {
@@ -46,20 +66,29 @@ export function assertCost(cost: unknown, capacity: number, where: string, label
  * Validates a route policy and resolves its defaults; throws an error that names the route.
  * `defaultScope` is the bucket scope of an unnamed policy.
  */
-export function compilePolicy(policy: RateLimitPolicy, route: string, defaultScope = route): CompiledPolicy {
-  assertBucketPolicy(policy, route);
+export function compilePolicy(
+  policy: RateLimitPolicy,
+  route: string,
+  context: PolicyContext,
+  defaultScope = route,
+  label = '@RateLimit',
+): CompiledPolicy {
+  assertBucketPolicy(policy, route, label);
   const cost = policy.cost ?? 1;
-  assertCost(cost, policy.capacity, route);
+  assertCost(cost, policy.capacity, route, label);
   const keyBy = policy.keyBy ?? 'ip';
   if (typeof keyBy !== 'function' && !KEY_BY_NAMES.includes(keyBy)) {
     throw new Error(
-      `@RateLimit keyBy must be 'ip', 'user', 'apiKey' or a function (got ${describe(keyBy)}) on ${route}`,
+      `${label} keyBy must be 'ip', 'user', 'apiKey' or a function (got ${describe(keyBy)}) on ${route}`,
     );
   }
   if (policy.name !== undefined && (typeof policy.name !== 'string' || !SAFE_IDENTITY.test(policy.name))) {
     throw new Error(
-      `@RateLimit name must be 1-64 characters of A-Z a-z 0-9 . _ : @ - (got ${describe(policy.name)}) on ${route}`,
+      `${label} name must be 1-64 characters of A-Z a-z 0-9 . _ : @ - (got ${describe(policy.name)}) on ${route}`,
     );
+  }
+  if (policy.phase !== undefined && !PHASES.includes(policy.phase)) {
+    throw new Error(`${label} phase must be 'before-guards' or 'after-guards' (got ${describe(policy.phase)}) on ${route}`);
   }
   const scope = policy.name ?? defaultScope;
   return {
@@ -69,5 +98,6 @@ export function compilePolicy(policy: RateLimitPolicy, route: string, defaultSco
     keyBy,
     scope,
     keySuffix: `}:${scope}`,
+    phase: policy.phase ?? defaultPhase(keyBy, context),
   };
 }

@@ -11,6 +11,8 @@ export interface TakeResult {
 export interface TakeOptions {
   /** Compute without taking anything (peek). */
   dryRun?: boolean;
+  /** Give each bucket its cost back (capped at capacity), e.g. a take that a later refusal undoes. Always allowed. */
+  refund?: boolean;
   /** Clock override in ms, for deterministic tests only. Default: the store's clock (Redis TIME). */
   now?: number;
 }

@@ -33,10 +33,10 @@ export class MemoryBucketStore implements BucketStore {
     const now = options.now ?? this.clock();
     const states = requests.map((request) => this.read(request.key, now));
     const tokens = requests.map((request, i) => refill(states[i], request, now));
-    const allowed = requests.every((request, i) => tokens[i] >= request.cost);
+    const allowed = options.refund === true || requests.every((request, i) => tokens[i] >= request.cost);
     if (allowed && !options.dryRun) {
       requests.forEach((request, i) => {
-        tokens[i] -= request.cost;
+        tokens[i] = options.refund ? Math.min(request.capacity, tokens[i] + request.cost) : tokens[i] - request.cost;
         this.write(request.key, {
           tokens: tokens[i],
           ts: nextTimestamp(states[i], now),

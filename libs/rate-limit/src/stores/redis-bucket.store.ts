@@ -118,7 +118,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   }
 
   take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult> {
-    const mode: TokenBucketMode = options.dryRun ? 'peek' : 'take';
+    const mode: TokenBucketMode = options.refund ? 'refund' : options.dryRun ? 'peek' : 'take';
     if (!(this.client instanceof Cluster) || requests.length < 2) {
       return this.run(requests, mode, options.now);
     }
