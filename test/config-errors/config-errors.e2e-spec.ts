@@ -1,6 +1,12 @@
-import { Controller, Get, Module, type Type } from '@nestjs/common';
+import { Controller, Get, Module, type Type, UseGuards } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { RateLimit, RateLimitModule, type RateLimitModuleOptions, type RateLimitPolicy } from 'nest-redis-rate-limit';
+import {
+  RateLimit,
+  RateLimitGuard,
+  RateLimitModule,
+  type RateLimitModuleOptions,
+  type RateLimitPolicy,
+} from 'nest-redis-rate-limit';
 import { redisUrl, testPrefix } from '../support/redis.js';
 
 /**
@@ -146,5 +152,60 @@ describe('module option errors stop the start while the module is built, before 
       phase: 'compile',
       message: `RateLimitModule: standardHeaders must be one of 'draft-6', 'draft-7', 'draft-8', false (got "draft-5")`,
     });
+  });
+});
+
+describe('registration mistakes stop the start with a message that names the fix', () => {
+  it('refuses RateLimitModule.forRoot() imported by two feature modules, naming both', async () => {
+    const url = await redisUrl();
+    @Module({ imports: [RateLimitModule.forRoot({ redis: url, keyPrefix: testPrefix('config-errors') })] })
+    class UsersModule {}
+    @Module({ imports: [RateLimitModule.forRoot({ redis: url, keyPrefix: testPrefix('config-errors') })] })
+    class OrdersModule {}
+    @Module({ imports: [UsersModule, OrdersModule], controllers: [reportsController([policy({})])] })
+    class TwiceAppModule {}
+    const result = await startUp(TwiceAppModule);
+    expect(result.phase).toBe('init');
+    expect(result.message).toMatch(
+      /^RateLimitModule\.forRoot\(\) \/ forRootAsync\(\) is imported 2 times \(by (UsersModule, OrdersModule|OrdersModule, UsersModule)\)/,
+    );
+    expect(result.message).toContain('Import it once, in your root module, and add isGlobal: true');
+  });
+
+  it('refuses @RateLimit in an app that never imports RateLimitModule, naming the controller', async () => {
+    @Module({ controllers: [reportsController([policy({})])] })
+    class NoModuleAppModule {}
+    expect(await startUp(NoModuleAppModule)).toEqual({
+      phase: 'init',
+      message:
+        '@RateLimit (used on ReportsController) needs RateLimitModule, which this application does not import: ' +
+        'add RateLimitModule.forRoot({ ... }) or RateLimitModule.forRootAsync({ ... }) to the imports of your root module',
+    });
+  });
+
+  it('refuses @UseGuards(RateLimitGuard) in an app that never imports RateLimitModule', async () => {
+    const controller = reportsController([]);
+    UseGuards(RateLimitGuard)(controller);
+    @Module({ controllers: [controller] })
+    class GuardOnlyAppModule {}
+    const result = await startUp(GuardOnlyAppModule);
+    expect(result).toEqual({ phase: 'init', message: expect.stringMatching(/^RateLimitGuard needs RateLimitModule, which this application does not import/) });
+  });
+
+  it('refuses a bare imports: [RateLimitModule], telling to call forRoot() or forRootAsync()', async () => {
+    @Module({ imports: [RateLimitModule], controllers: [reportsController([policy({})])] })
+    class BareAppModule {}
+    expect(await startUp(BareAppModule)).toEqual({
+      phase: 'compile',
+      message:
+        'RateLimitModule was imported without options: use RateLimitModule.forRoot({ ... }) or ' +
+        'RateLimitModule.forRootAsync({ ... }) in the imports of your root module',
+    });
+  });
+
+  it('starts with forRoot() and no options at all (every default)', async () => {
+    @Module({ imports: [RateLimitModule.forRoot()], controllers: [reportsController([policy({})])] })
+    class DefaultsAppModule {}
+    expect(await startUp(DefaultsAppModule)).toEqual({ phase: 'started' });
   });
 });
