@@ -1,9 +1,12 @@
+import { createHash } from 'node:crypto';
 import type { INestApplication } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import request from 'supertest';
 import { AppModule } from '../../apps/gateway/src/app.module.js';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { deleteKeys, freePort, keysUnder, redisUrl, testPrefix } from '../support/redis.js';
+
+const sha = (value: string) => createHash('sha256').update(value).digest('hex').slice(0, 32);
 
 describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
   const prefix = testPrefix(`gateway-${platform}`);
@@ -14,6 +17,7 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
   beforeAll(async () => {
     process.env.REDIS_URL = await redisUrl();
     process.env.RATE_LIMIT_PREFIX = prefix;
+    process.env.API_KEYS = 'demo-key-1,demo-key-2,reporter';
     client = new Redis(await redisUrl());
     app = await createApp(AppModule, platform);
   });
@@ -21,11 +25,12 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
   afterAll(async () => {
     await app.close();
     delete process.env.RATE_LIMIT_PREFIX;
+    delete process.env.API_KEYS;
     await deleteKeys(client, prefix);
     await client.quit();
   });
 
-  it('GET /api/hello allows a burst of 100 per API key (plus 20/s) and answers the rest with 429', async () => {
+  it('GET /api/hello allows a burst of 100 per verified API key (plus 20/s) and answers the rest with 429', async () => {
     const started = Date.now();
     const responses = await Promise.all(
       Array.from({ length: 160 }, () => http().get('/api/hello').set('x-api-key', 'demo-key-1')),
@@ -40,8 +45,23 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     expect(denied.headers['x-ratelimit-limit']).toBe('100');
     expect(denied.headers['x-ratelimit-remaining']).toBe('0');
     const other = await http().get('/api/hello').set('x-api-key', 'demo-key-2').expect(200);
-    expect(other.body).toEqual({ message: 'Hello', authenticated: true });
-    expect(other.headers['x-ratelimit-remaining']).toBe('99');
+    expect(other.body).toEqual({ message: 'Hello' });
+    const otherTokens = Number(await client.hget(`${prefix}{key:${sha('demo-key-2')}}:HelloController.hello#0`, 'tokens'));
+    expect(otherTokens).toBeGreaterThanOrEqual(99);
+    expect(otherTokens).toBeLessThanOrEqual(100);
+    // The per-IP budget (150) has paid for both keys: now it is the most restrictive policy.
+    expect(other.headers['x-ratelimit-limit']).toBe('150');
+    expect(Number(other.headers['x-ratelimit-remaining'])).toBeLessThan(99);
+  });
+
+  it('GET /api/report sends made-up API keys to their IP bucket: 5 reports of 30 rotated keys, no key bucket', async () => {
+    const statuses = [];
+    for (let i = 0; i < 30; i++) statuses.push((await http().get('/api/report').set('x-api-key', `made-up-${i}`)).status);
+    expect(statuses.filter((status) => status === 200)).toHaveLength(5);
+    expect(statuses.slice(5).every((status) => status === 429)).toBe(true);
+    const keys = await keysUnder(client, prefix);
+    expect(keys).toContain(`${prefix}{ip:127.0.0.1}:reports`);
+    expect(keys.filter((key) => key.endsWith(':reports'))).toEqual([`${prefix}{ip:127.0.0.1}:reports`]);
   });
 
   it('POST /auth/login allows 5 attempts per IP, then one every 12 s', async () => {
@@ -59,9 +79,7 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     const denied = await http().get('/api/report').set('x-api-key', 'reporter').expect(429);
     expect(Number(denied.headers['retry-after'])).toBeGreaterThanOrEqual(9);
     expect(Number(denied.headers['retry-after'])).toBeLessThanOrEqual(10);
-    expect(await keysUnder(client, prefix)).toContain(
-      `${prefix}{key:${(await import('node:crypto')).createHash('sha256').update('reporter').digest('hex').slice(0, 32)}}:reports`,
-    );
+    expect(await keysUnder(client, prefix)).toContain(`${prefix}{key:${sha('reporter')}}:reports`);
   });
 
   it('GET /health is never limited and carries no rate-limit headers', async () => {

@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { RateLimitModule } from 'nest-redis-rate-limit';
+import { apiKeyVerifier } from './api-keys.js';
 import { AuthController } from './auth.controller.js';
 import { HealthController } from './health.controller.js';
 import { HelloController } from './hello.controller.js';
@@ -13,11 +14,14 @@ import { gatewayRateLimitOptions } from './redis-probe.js';
     RateLimitModule.forRootAsync({
       imports: [ConfigModule],
       inject: [ConfigService],
-      useFactory: (config: ConfigService) =>
-        gatewayRateLimitOptions(
+      useFactory: async (config: ConfigService) => ({
+        ...(await gatewayRateLimitOptions(
           config.get<string>('REDIS_URL') ?? 'redis://127.0.0.1:6379',
           config.get<string>('RATE_LIMIT_PREFIX'),
-        ),
+        )),
+        // Only keys this gateway issued get a bucket of their own; a made-up key counts as its sender's IP.
+        keys: { apiKey: apiKeyVerifier(config.get<string>('API_KEYS') ?? 'demo,partner') },
+      }),
     }),
   ],
   controllers: [HelloController, AuthController, QuotaController, HealthController],
