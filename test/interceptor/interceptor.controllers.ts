@@ -1,0 +1,34 @@
+import { Controller, Get, Req } from '@nestjs/common';
+import { RATE_LIMIT_VERDICT, RateLimit, type RateLimitState, SkipRateLimit } from 'nest-redis-rate-limit';
+
+@Controller('open')
+export class UnlimitedController {
+  @Get()
+  get() {
+    return { ok: true };
+  }
+}
+
+@Controller('limited')
+@RateLimit(5, 0.001, 'ip')
+export class LimitedController {
+  /** Decorated on the class and, twice, on the handler: the interceptor must still decide once. */
+  @Get('stacked')
+  @RateLimit({ capacity: 4, refillPerSecond: 0.001, keyBy: 'ip', name: 'stacked-ip' })
+  @RateLimit({ capacity: 3, refillPerSecond: 0.001, keyBy: (ctx) => ctx.switchToHttp().getRequest().headers['x-tenant'], name: 'stacked-tenant' })
+  stacked(@Req() request: Record<symbol, RateLimitState>) {
+    const state = request[RATE_LIMIT_VERDICT];
+    return { scopes: state.policies.map((p) => (p as { scope: string }).scope), remaining: state.verdict?.decisions.map((d) => d.remaining) };
+  }
+
+  @Get('class')
+  byClass() {
+    return { ok: true };
+  }
+
+  @Get('skipped')
+  @SkipRateLimit()
+  skipped() {
+    return { ok: true };
+  }
+}

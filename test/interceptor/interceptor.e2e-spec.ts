@@ -1,0 +1,102 @@
+import { type INestApplication, Module } from '@nestjs/common';
+import { INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
+import { Redis } from 'ioredis';
+import request from 'supertest';
+import { RateLimitInterceptor, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
+import { createApp, PLATFORMS, type Platform } from '../support/app.js';
+import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
+import { LimitedController, UnlimitedController } from './interceptor.controllers.js';
+
+/** Counts RateLimitInterceptor.intercept calls while a test runs. */
+function countIntercepts() {
+  const original = RateLimitInterceptor.prototype.intercept;
+  const counter = { calls: 0, restore: () => (RateLimitInterceptor.prototype.intercept = original) };
+  RateLimitInterceptor.prototype.intercept = function (this: RateLimitInterceptor, ...args) {
+    counter.calls++;
+    return original.apply(this, args);
+  };
+  return counter;
+}
+
+describe.each(PLATFORMS)('RateLimitInterceptor on %s', (platform: Platform) => {
+  const prefix = testPrefix(`interceptor-${platform}`);
+  let client: Redis;
+  let app: INestApplication | undefined;
+  let counter: ReturnType<typeof countIntercepts>;
+
+  async function start(name: string, options: RateLimitModuleOptions = {}) {
+    @Module({
+      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: `${prefix}${name}:`, ...options })],
+      controllers: [UnlimitedController, LimitedController],
+    })
+    class InterceptorAppModule {}
+    app = await createApp(InterceptorAppModule, platform);
+  }
+  const get = (path: string, tenant = 'acme') => request(app!.getHttpServer()).get(path).set('x-tenant', tenant);
+
+  beforeAll(async () => {
+    client = new Redis(await redisUrl());
+  });
+  beforeEach(() => {
+    counter = countIntercepts();
+  });
+  afterEach(async () => {
+    counter.restore();
+    await app?.close();
+    app = undefined;
+  });
+  afterAll(async () => {
+    await deleteKeys(client, prefix);
+    await client.quit();
+  });
+
+  it('is attached once to each decorated class and handler, however many @RateLimit it has', () => {
+    expect(Reflect.getMetadata(INTERCEPTORS_METADATA, LimitedController)).toEqual([RateLimitInterceptor]);
+    expect(Reflect.getMetadata(INTERCEPTORS_METADATA, LimitedController.prototype.stacked)).toEqual([RateLimitInterceptor]);
+    expect(Reflect.getMetadata(INTERCEPTORS_METADATA, UnlimitedController)).toBeUndefined();
+  });
+
+  it('never runs on routes without a policy, and is not registered globally without defaults', async () => {
+    await start('unlimited');
+    for (let i = 0; i < 5; i++) {
+      const response = await get('/open').expect(200);
+      expect(response.headers['x-ratelimit-limit']).toBeUndefined();
+    }
+    expect(counter.calls).toBe(0);
+  });
+
+  it('decides a route decorated on its class and twice on its handler once per request, and leaves the whole verdict', async () => {
+    await start('stacked');
+    const first = await get('/limited/stacked').expect(200);
+    // The handler's policies replace the class policy; the tenant policy (after guards) has the fewest left.
+    expect(first.body).toEqual({ scopes: ['stacked-ip', 'stacked-tenant'], remaining: [3, 2] });
+    expect(first.headers['x-ratelimit-limit']).toBe('3');
+    expect(first.headers['x-ratelimit-remaining']).toBe('2');
+    expect((await get('/limited/stacked').expect(200)).body.remaining).toEqual([2, 1]);
+    // Class and handler both carry the interceptor: it runs twice and decides once.
+    expect(counter.calls).toBe(4);
+    await get('/limited/stacked').expect(200);
+    const refused = await get('/limited/stacked').expect(429);
+    expect(refused.headers['x-ratelimit-limit']).toBe('3');
+    expect(refused.headers['retry-after']).toBeDefined();
+    // The tenant refusal gave the IP token back: 4 - 3 = 1 left, so another tenant gets in once more.
+    expect(Number(await client.hget(`${prefix}stacked:{ip:127.0.0.1}:stacked-ip`, 'tokens'))).toBeGreaterThanOrEqual(1);
+    expect((await get('/limited/stacked', 'globex').expect(200)).body.remaining).toEqual([0, 2]);
+  });
+
+  it('writes headers on a class-limited route and none on a skipped handler of the same class', async () => {
+    await start('class');
+    expect((await get('/limited/class').expect(200)).headers['x-ratelimit-remaining']).toBe('4');
+    expect((await get('/limited/skipped').expect(200)).headers['x-ratelimit-limit']).toBeUndefined();
+  });
+
+  it('is registered globally when module defaults limit undecorated routes', async () => {
+    await start('defaults', { defaults: { capacity: 2, refillPerSecond: 0.001, keyBy: 'user' } });
+    const first = await get('/open').expect(200);
+    expect(first.headers['x-ratelimit-limit']).toBe('2');
+    expect(first.headers['x-ratelimit-remaining']).toBe('1');
+    await get('/open').expect(200);
+    await get('/open').expect(429);
+    expect(counter.calls).toBe(3);
+  });
+});
