@@ -4,6 +4,7 @@ import {
   DEFAULT_TIMEOUT_MS,
 } from './rate-limit.constants.js';
 import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
+import { checkRedisOption } from './stores/redis-connection.js';
 
 const STORES = ['redis', 'memory'] as const;
 const FAILURE_MODES = ['open', 'closed', 'local'] as const;
@@ -28,7 +29,7 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
   }
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0) {
-    throw new Error(`RateLimitModule: timeoutMs must be a finite number > 0 (got ${String(timeoutMs)})`);
+    throw new Error(`RateLimitModule: timeoutMs must be a finite number > 0 (got ${typeof timeoutMs === 'string' ? JSON.stringify(timeoutMs) : String(timeoutMs)})`);
   }
   const apiKeyHeader = options.keys?.apiKeyHeader ?? DEFAULT_API_KEY_HEADER;
   if (typeof apiKeyHeader !== 'string' || !/^[A-Za-z0-9-]+$/.test(apiKeyHeader)) {
@@ -52,7 +53,8 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     throw new Error(`RateLimitModule: denyCache must be true or false (got ${JSON.stringify(options.denyCache)})`);
   }
   return {
-    redis: options.redis ?? 'redis://127.0.0.1:6379',
+    // `null` is a mistake like any other value (no `??`): only a missing option means the default.
+    redis: options.redis === undefined ? 'redis://127.0.0.1:6379' : checkRedisOption(options.redis),
     store: oneOf('store', options.store, STORES, 'redis'),
     keyPrefix,
     failureMode: oneOf('failureMode', options.failureMode, FAILURE_MODES, 'open'),

@@ -1,52 +1,17 @@
 import { Logger, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
-import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { Cluster } from 'ioredis';
 import type { BucketRequest } from '../bucket/token-bucket.js';
 import { CONNECT_WAIT_MS } from '../rate-limit.constants.js';
 import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
+import { diagnosticsOf, type RedisClient, type RedisDiagnostics } from './redis-connection.js';
 import { TOKEN_BUCKET_COMMAND, TOKEN_BUCKET_LUA, type TokenBucketMode } from './token-bucket.script.js';
 
-type RedisClient = Redis | Cluster;
 type ScriptCommand = (...args: (string | number)[]) => Promise<unknown>;
 
-function isClient(value: unknown): value is RedisClient {
-  return (
-    typeof value === 'object' &&
-    value !== null &&
-    typeof (value as RedisClient).defineCommand === 'function' &&
-    typeof (value as RedisClient).status === 'string'
-  );
-}
+export { createRedisClient } from './redis-connection.js';
 
-/** Builds the client for a URL or options, or takes the caller's client as it is. */
-export function createRedisClient(redis: string | RedisOptions | RedisClient): {
-  client: RedisClient;
-  owned: boolean;
-} {
-  if (isClient(redis)) return { client: redis, owned: false };
-  // A dead Redis must fail a decision at once, not queue it and replay it minutes later: no offline
-  // queue, and commands in flight when the connection drops are failed, not resent after a reconnect.
-  const failFast: RedisOptions = {
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 0,
-    autoResendUnfulfilledCommands: false,
-    disconnectTimeout: 100,
-    // The socket opens in onModuleInit: an application that fails to compile leaves no connection behind.
-    lazyConnect: true,
-  };
-  if (typeof redis === 'string') {
-    let url: URL;
-    try {
-      url = new URL(redis);
-    } catch {
-      throw new Error(`RateLimitModule: redis must be a redis:// or rediss:// URL (got "${redis}")`);
-    }
-    if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
-      throw new Error(`RateLimitModule: redis must be a redis:// or rediss:// URL (got "${redis}")`);
-    }
-    return { client: new Redis(redis, failFast), owned: true };
-  }
-  return { client: new Redis({ ...redis, ...failFast }), owned: true };
-}
+/** How long shutdown waits for QUIT's reply before it drops the connection (a paused Redis never answers). */
+export const QUIT_WAIT_MS = 500;
 
 /** Waits for `promise` at most `ms`; answers whether it settled in time. Leaves no timer behind. */
 async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
@@ -75,6 +40,8 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   readonly remote = true;
   private readonly logger = new Logger('RateLimit');
   private readonly script: ScriptCommand;
+  /** Why a client the module created cannot connect; undefined for a client the application passed in. */
+  private readonly diagnostics: RedisDiagnostics | undefined;
 
   constructor(
     readonly client: RedisClient,
@@ -83,8 +50,9 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     client.defineCommand(TOKEN_BUCKET_COMMAND, { lua: TOKEN_BUCKET_LUA });
     const command = (client as unknown as Record<string, ScriptCommand>)[TOKEN_BUCKET_COMMAND];
     this.script = command.bind(client);
-    // Errors surface through the decisions that fail; an unhandled 'error' event would only add noise.
-    if (owned) client.on('error', () => undefined);
+    // A client the module created reports its connection errors, throttled; a client the application
+    // passed in gets no listener (adding one would hide ioredis' own report of unhandled 'error' events).
+    if (owned) this.diagnostics = diagnosticsOf(client);
     else if (client.options.enableOfflineQueue !== false) {
       this.logger.warn(
         'The Redis client given to RateLimitModule queues commands while disconnected, so decisions that ' +
@@ -98,9 +66,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     if (!this.owned || this.client.status === 'ready') return;
     if (this.client.status === 'wait') this.client.connect().catch(() => undefined);
     const ready = new Promise<void>((resolve) => this.client.once('ready', resolve));
-    if (!(await settlesWithin(ready, CONNECT_WAIT_MS))) {
-      this.logger.warn('Redis is not reachable yet; decisions follow failureMode until it answers');
-    }
+    if (!(await settlesWithin(ready, CONNECT_WAIT_MS))) this.diagnostics?.notReadyAtStart();
   }
 
   /**
@@ -112,9 +78,18 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     await settlesWithin(pings, CONNECT_WAIT_MS);
   }
 
+  /**
+   * Closes a client the module created: QUIT, so that commands in flight get their replies; but a hung
+   * Redis (paused, overloaded, a dead network path) never answers it, so after `QUIT_WAIT_MS` the
+   * connection is dropped and shutdown goes on.
+   */
   async onModuleDestroy(): Promise<void> {
     if (!this.owned) return;
-    await this.client.quit().catch(() => this.client.disconnect());
+    const quit = this.client.quit().then(
+      () => true,
+      () => false,
+    );
+    if (!(await settlesWithin(quit, QUIT_WAIT_MS)) || !(await quit)) this.client.disconnect();
   }
 
   take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult> {
@@ -171,6 +146,11 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     mode: TokenBucketMode,
     now: number | undefined,
   ): Promise<TakeResult> {
+    // Without an offline queue ioredis would refuse the command anyway ("Stream isn't writeable"): say
+    // where and why instead.
+    if (this.diagnostics !== undefined && this.client.status !== 'ready') {
+      return Promise.reject(this.diagnostics.notConnected());
+    }
     const args: (string | number)[] = [requests.length];
     for (const request of requests) args.push(request.key);
     args.push(now === undefined ? '' : now, mode);

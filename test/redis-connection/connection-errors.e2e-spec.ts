@@ -1,0 +1,158 @@
+import { createServer, type Server } from 'node:net';
+import type { LoggerService } from '@nestjs/common';
+import { Test, type TestingModule } from '@nestjs/testing';
+import { Redis } from 'ioredis';
+import { BucketService, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
+import { sleep } from '../support/load.js';
+import { freePort, RedisServer } from '../support/redis.js';
+
+/** Every line logged, with its level and context. */
+class LogRecorder implements LoggerService {
+  readonly lines: { level: string; message: string; context?: string }[] = [];
+  log(message: unknown, context?: string) {
+    this.lines.push({ level: 'log', message: String(message), context });
+  }
+  warn(message: unknown, context?: string) {
+    this.lines.push({ level: 'warn', message: String(message), context });
+  }
+  error(message: unknown, context?: string) {
+    this.lines.push({ level: 'error', message: String(message), context });
+  }
+  warnings(): string[] {
+    return this.lines.filter((l) => l.level === 'warn' && l.context === 'RateLimit').map((l) => l.message);
+  }
+}
+
+const PASSWORD = 'S3cret-server-pass';
+const WRONG = 'Wr0ng-client-pass';
+
+/**
+ * A connection problem is logged with the address the module tried and what went wrong — refused,
+ * host not found, authentication, TLS — at most once per 10 s, and never with a password.
+ */
+describe('what the module logs when it cannot use Redis', () => {
+  let recorder: LogRecorder;
+  let moduleRef: TestingModule | undefined;
+
+  /** Starts the module with `redis` as a real application would (init waits up to 1 s for Redis). */
+  async function start(redis: RateLimitModuleOptions['redis']): Promise<TestingModule> {
+    recorder = new LogRecorder();
+    moduleRef = await Test.createTestingModule({
+      imports: [RateLimitModule.forRoot({ redis, failureMode: 'open', timeoutMs: 50 })],
+    })
+      .setLogger(recorder)
+      .compile();
+    await moduleRef.init();
+    return moduleRef;
+  }
+
+  afterEach(async () => {
+    await moduleRef?.close();
+    moduleRef = undefined;
+  });
+
+  describe('a server that asks for a password', () => {
+    let server: RedisServer;
+    beforeAll(async () => {
+      // Started without a password so that RedisServer can see it answer, then given one.
+      server = await RedisServer.start();
+      const admin = new Redis(server.url);
+      await admin.config('SET', 'requirepass', PASSWORD);
+      admin.disconnect();
+    });
+    afterAll(async () => {
+      await server?.stop();
+    });
+
+    it('logs a wrong password (WRONGPASS) as an authentication failure at host:port, without the password', async () => {
+      await start(`redis://:${WRONG}@127.0.0.1:${server.port}`);
+      const warnings = recorder.warnings();
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toContain(`Redis at 127.0.0.1:${server.port}`);
+      expect(warnings[0]).toContain('authentication failed: wrong username or password');
+      expect(warnings[0]).toContain('WRONGPASS');
+      expect(JSON.stringify(recorder.lines)).not.toContain(WRONG);
+      expect(JSON.stringify(recorder.lines)).not.toContain(PASSWORD);
+    });
+
+    it('logs a missing password (NOAUTH) as an authentication failure', async () => {
+      await start({ host: '127.0.0.1', port: server.port });
+      const warnings = recorder.warnings();
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toContain(`Redis at 127.0.0.1:${server.port}`);
+      expect(warnings[0]).toContain('authentication required: the server asks for a password and none was given (NOAUTH');
+    });
+
+    it('names the cause in the warning of a failed decision too', async () => {
+      const buckets = (await start({ host: '127.0.0.1', port: server.port, username: 'default', password: WRONG })).get(BucketService);
+      const decision = await buckets.consume('connection-errors', { capacity: 2, refillPerSecond: 1 });
+      expect(decision.allowed).toBe(true); // failureMode 'open'
+      const failed = recorder.warnings().filter((w) => w.startsWith('Rate-limit store failed'));
+      expect(failed).toHaveLength(1);
+      expect(failed[0]).toContain(`Redis at 127.0.0.1:${server.port} is not connected: authentication failed`);
+      expect(JSON.stringify(recorder.lines)).not.toContain(WRONG);
+    });
+
+    it('starts deciding once the password is right, without a restart of the app', async () => {
+      const buckets = (await start({ host: '127.0.0.1', port: server.port, password: PASSWORD })).get(BucketService);
+      expect(recorder.warnings()).toEqual([]);
+      expect((await buckets.consume('connection-errors-ok', { capacity: 2, refillPerSecond: 1 })).remaining).toBe(1);
+    });
+  });
+
+  it('logs a refused connection with host:port, once per 10 s however often the client retries', async () => {
+    const port = await freePort();
+    const buckets = (await start(`redis://127.0.0.1:${port}`)).get(BucketService);
+    await sleep(300); // ioredis has retried several times by now (50, 100, 200, 400 ms): more 'error' events
+    for (let i = 0; i < 20; i++) await buckets.consume('refused', { capacity: 2, refillPerSecond: 1 });
+    const warnings = recorder.warnings();
+    const connection = warnings.filter((w) => w.startsWith('Cannot connect'));
+    expect(connection).toEqual([
+      `Cannot connect to Redis at 127.0.0.1:${port}: connection refused (connect ECONNREFUSED 127.0.0.1:${port}); ` +
+        'decisions follow failureMode until it answers, and the client keeps retrying',
+    ]);
+    expect(warnings.filter((w) => w.startsWith('Rate-limit store failed'))).toHaveLength(1);
+  });
+
+  it('logs a host that does not resolve as "host not found"', async () => {
+    await start('redis://no-such-host.invalid:6390');
+    const warnings = recorder.warnings();
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatch(
+      /^Cannot connect to Redis at no-such-host\.invalid:6390: host not found \(getaddrinfo (ENOTFOUND|EAI_AGAIN) no-such-host\.invalid\)/,
+    );
+  });
+
+  describe('TLS', () => {
+    let plain: Server;
+    let port: number;
+    beforeAll(async () => {
+      // A server that answers a TLS hello in plain text, as a Redis port without TLS would do with any reply.
+      plain = createServer((socket) => {
+        socket.on('error', () => undefined);
+        socket.once('data', () => socket.end('-ERR not TLS\r\n'));
+      });
+      await new Promise<void>((resolve) => plain.listen(0, '127.0.0.1', resolve));
+      port = (plain.address() as { port: number }).port;
+    });
+    afterAll(() => new Promise<void>((resolve) => plain.close(() => resolve())));
+
+    it('logs a rediss:// URL against a server without TLS as a TLS failure', async () => {
+      await start(`rediss://127.0.0.1:${port}`);
+      const warnings = recorder.warnings();
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toContain(`Cannot connect to Redis at 127.0.0.1:${port} (TLS): TLS handshake failed: wrong version number`);
+      expect(warnings[0]).toContain('does the server speak TLS on this port?');
+    });
+  });
+
+  it('adds no listener to a client the application passes in', async () => {
+    const port = await freePort();
+    const client = new Redis({ port, lazyConnect: true, enableOfflineQueue: false });
+    const before = client.listenerCount('error');
+    await start(client);
+    expect(client.listenerCount('error')).toBe(before);
+    expect(client.options.reconnectOnError).toBeNull();
+    client.disconnect();
+  });
+});
