@@ -2,7 +2,12 @@ import { Injectable, Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
-import { BucketService, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
+import {
+  BucketService,
+  RateLimitModule,
+  type RateLimitModuleOptions,
+  type RateLimitOptionsFactory,
+} from 'nest-redis-rate-limit';
 import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../support/redis.js';
 
 const POLICY = { capacity: 2, refillPerSecond: 0.01 };
@@ -68,7 +73,7 @@ describe('RateLimitModule.forRoot / forRootAsync', () => {
   it('builds its options with a class through useClass', async () => {
     const keyPrefix = `${prefix}class:`;
     @Injectable()
-    class RateLimitConfig {
+    class RateLimitConfig implements RateLimitOptionsFactory {
       createRateLimitOptions(): RateLimitModuleOptions {
         return { redis: url, keyPrefix };
       }
@@ -85,8 +90,8 @@ describe('RateLimitModule.forRoot / forRootAsync', () => {
   it('reuses an options provider of another module through useExisting', async () => {
     const keyPrefix = `${prefix}existing:`;
     @Injectable()
-    class SharedConfig {
-      createRateLimitOptions(): RateLimitModuleOptions {
+    class SharedConfig implements RateLimitOptionsFactory {
+      async createRateLimitOptions(): Promise<RateLimitModuleOptions> {
         return { redis: url, keyPrefix };
       }
     }

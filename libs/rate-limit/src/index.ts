@@ -24,6 +24,7 @@ export {
 export { RateLimitGuard } from './guards/rate-limit.guard.js';
 export { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
 export type { RateLimitState } from './routes/route-limiter.js';
+export type { CompiledPolicy } from './policies/policy.js';
 export { RateLimitException } from './rate-limit.exception.js';
 export { RateLimitTimeoutError } from './bucket/with-timeout.js';
 export { BucketStore, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';

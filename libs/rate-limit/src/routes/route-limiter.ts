@@ -246,7 +246,7 @@ export class RouteLimiter implements OnModuleInit {
       }
       this.once(
         `nouser|${plan.route}|${policy.scope}`,
-        `keyBy 'user' on ${plan.route} (${policy.scope}) found no user (${this.options.user ? 'keys.user' : 'req.user.id'} ` +
+        `keyBy 'user' on ${plan.route}${policy.scope === plan.route ? '' : ` (${policy.scope})`} found no user (${this.options.user ? 'keys.user' : 'req.user.id'} ` +
           `gave ${user === '' ? 'an empty string' : String(user)}): those requests are limited by IP. If the route is ` +
           'meant for signed-in users, put your auth guard on it (the policy is decided after it)',
       );
