@@ -20,6 +20,51 @@ describe('identities', () => {
     expect(ipIdentity(address)).toBe(expected);
   });
 
+  it.each([
+    ['203.0.113.7:40001', 'ip:203.0.113.7'],
+    ['203.0.113.7:1', 'ip:203.0.113.7'],
+    ['[2001:db8::1]:443', 'ip:2001:db8:0:0::'],
+    ['[2001:db8:abcd:12::99]', 'ip:2001:db8:abcd:12::'],
+    ['[fe80::1%eth0]:8080', 'ip:fe80:0:0:0::'],
+    ['[::ffff:192.0.2.1]:8080', 'ip:192.0.2.1'],
+  ])('strips the port of %s before grouping: %s', (address, expected) => {
+    expect(ipIdentity(address)).toBe(expected);
+  });
+
+  it.each([
+    '::ffff:192.0.2.1',
+    '::ffff:c000:201',
+    '::FFFF:C000:0201',
+    '0:0:0:0:0:ffff:192.0.2.1',
+    '0:0:0:0:0:FFFF:C000:201',
+    '0000:0000:0000:0000:0000:ffff:c000:0201',
+    '::0:ffff:c000:201',
+  ])('unmaps the IPv4-mapped form %s to ip:192.0.2.1', (address) => {
+    expect(ipIdentity(address)).toBe('ip:192.0.2.1');
+  });
+
+  it('gives two clients behind IPv4-mapped addresses two buckets, not one', () => {
+    expect(ipIdentity('::ffff:c000:202')).toBe('ip:192.0.2.2');
+    expect(ipIdentity('0:0:0:0:0:ffff:198.51.100.9')).toBe('ip:198.51.100.9');
+  });
+
+  it.each([
+    ['::1', 'ip:0:0:0:0::'],
+    ['::ffff:0:c000:201', 'ip:0:0:0:0::'], // IPv4-translated (SIIT), not mapped
+    ['64:ff9b::c000:201', 'ip:64:ff9b:0:0::'], // NAT64: a real IPv6 client network
+    ['2001:db8::ffff:c000:201', 'ip:2001:db8:0:0::'],
+  ])('keeps %s, which is not IPv4-mapped, as IPv6: %s', (address, expected) => {
+    expect(ipIdentity(address)).toBe(expected);
+  });
+
+  it('does not take an unbracketed IPv6 address for one with a port, and hashes what is not an address', () => {
+    expect(ipIdentity('2001:db8::1:443')).toBe('ip:2001:db8:0:0::');
+    for (const odd of ['203.0.113.7:', '203.0.113.7:80:80', '203.0.113.7:123456', '[not-an-address]:80', '[2001:db8::1]:x']) {
+      expect(ipIdentity(odd)).toBe(identity('ip', odd));
+    }
+    expect(ipIdentity('[not-an-address]:80')).toBe(`ip~${sha('[not-an-address]:80')}`);
+  });
+
   it('groups two addresses of one /64 and separates neighbouring /64s', () => {
     expect(ipIdentity('2001:db8:1:2:aaaa::1')).toBe(ipIdentity('2001:db8:1:2:bbbb::2'));
     expect(ipIdentity('2001:db8:1:2::1')).not.toBe(ipIdentity('2001:db8:1:3::1'));

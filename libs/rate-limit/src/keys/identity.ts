@@ -33,34 +33,61 @@ export function apiKeyIdentity(apiKey: string, hash: Digest = digest): string {
 }
 
 /**
- * The client address as a bucket identity: IPv4-mapped IPv6 is unmapped, and real IPv6 addresses are
+ * The client address as a bucket identity. A port is dropped first (`203.0.113.7:40001`,
+ * `[2001:db8::1]:443`, as some proxies write X-Forwarded-For), so a client cannot get a new bucket per
+ * source port. An IPv4-mapped IPv6 address (`::ffff:192.0.2.1`, `::ffff:c000:201`,
+ * `0:0:0:0:0:ffff:192.0.2.1`, in any case) is the IPv4 address it carries. Real IPv6 addresses are
  * grouped by their /64, since one subscriber usually holds a whole /64.
  */
 export function ipIdentity(address: string | undefined): string {
   if (!address) return 'ip:unknown';
-  const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(address);
-  if (mapped && isIPv4(mapped[1])) return `ip:${mapped[1]}`;
-  if (isIPv4(address)) return `ip:${address}`;
-  const zoneless = address.split('%')[0];
-  if (isIPv6(zoneless)) return `ip:${ipv6Prefix64(zoneless)}`;
+  const host = withoutPort(address);
+  if (isIPv4(host)) return `ip:${host}`;
+  const zoneless = host.split('%')[0];
+  if (isIPv6(zoneless)) {
+    const groups = ipv6Groups(zoneless);
+    if (isIPv4Mapped(groups)) {
+      return `ip:${groups[6] >> 8}.${groups[6] & 0xff}.${groups[7] >> 8}.${groups[7] & 0xff}`;
+    }
+    return `ip:${groups
+      .slice(0, 4)
+      .map((g) => g.toString(16))
+      .join(':')}::`;
+  }
   return identity('ip', address);
 }
 
-/** The /64 network of an IPv6 address, written `a:b:c:d::`. */
-function ipv6Prefix64(address: string): string {
-  const [head, tail = ''] = address.toLowerCase().split('::');
-  const headGroups = head ? head.split(':') : [];
-  const tailGroups = address.includes('::') && tail ? tail.split(':') : [];
-  // An embedded IPv4 tail (a.b.c.d) counts as two groups; it only ever lies in the low 64 bits.
-  const width = (groups: string[]) => groups.reduce((n, g) => n + (g.includes('.') ? 2 : 1), 0);
-  const missing = 8 - width(headGroups) - width(tailGroups);
-  const groups = address.includes('::')
-    ? [...headGroups, ...new Array<string>(missing).fill('0'), ...tailGroups]
-    : headGroups;
-  return `${groups
-    .slice(0, 4)
-    .map((g) => parseInt(g, 16).toString(16))
-    .join(':')}::`;
+/**
+ * The address without a port: `a.b.c.d:port` and `[v6]:port` (and `[v6]`) lose it. An IPv6 address
+ * without brackets keeps everything: its last group cannot be told from a port.
+ */
+function withoutPort(address: string): string {
+  const v4 = /^(\d{1,3}(?:\.\d{1,3}){3}):\d{1,5}$/.exec(address);
+  if (v4) return v4[1];
+  const v6 = /^\[([0-9A-Fa-f:.]+(?:%[^\]]+)?)\](?::\d{1,5})?$/.exec(address);
+  return v6 ? v6[1] : address;
+}
+
+/** `::ffff:0:0/96`: the first 80 bits zero, the next 16 bits one. */
+function isIPv4Mapped(groups: readonly number[]): boolean {
+  return groups[0] === 0 && groups[1] === 0 && groups[2] === 0 && groups[3] === 0 && groups[4] === 0 && groups[5] === 0xffff;
+}
+
+/** The eight 16-bit groups of a valid IPv6 address (`::` expanded, an embedded IPv4 tail as two groups). */
+function ipv6Groups(address: string): number[] {
+  const parse = (part: string): number[] =>
+    part === ''
+      ? []
+      : part.split(':').flatMap((group) => {
+          if (!group.includes('.')) return [parseInt(group, 16)];
+          const [a, b, c, d] = group.split('.').map(Number);
+          return [(a << 8) | b, (c << 8) | d];
+        });
+  const double = address.indexOf('::');
+  if (double < 0) return parse(address);
+  const head = parse(address.slice(0, double));
+  const tail = parse(address.slice(double + 2));
+  return [...head, ...new Array<number>(8 - head.length - tail.length).fill(0), ...tail];
 }
 
 /** Key of a route bucket: `{prefix}{<identity>}:<scope>`, the identity as the Cluster hash tag. */
