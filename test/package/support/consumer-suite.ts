@@ -1,0 +1,150 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { deleteKeys, freePort, keysUnder, redisUrl, testPrefix } from '../../support/redis.js';
+import {
+  type ConsumerApp,
+  type HttpResponse,
+  http,
+  installConsumer,
+  numberHeader,
+  packTarball,
+  type RunningApp,
+  startConsumer,
+} from './consumer.js';
+
+/** The first run installs each fixture from the registry and packs the library: minutes, not seconds. */
+const SETUP_TIMEOUT = 10 * 60_000;
+
+export interface ConsumerFixture {
+  /** The folder under test/package/fixtures. */
+  name: string;
+  /** How the app's own compiled entry point loads the package. */
+  moduleSystem: 'esm' | 'commonjs';
+  /** The HTTP platform the app runs on (Express announces itself in `X-Powered-By`, Fastify sends none). */
+  platform: 'express' | 'fastify';
+  /** The @nestjs/core version its lockfile pins. */
+  nestVersion: string;
+}
+
+/** The checks every consumer app passes: the same routes, the same answers, whatever the stack. */
+export function describeConsumer(fixture: ConsumerFixture): void {
+  describe(`consumer app ${fixture.name} (Nest ${fixture.nestVersion}, ${fixture.moduleSystem}, ${fixture.platform})`, () => {
+    const prefix = testPrefix(`package-${fixture.name}`);
+    let consumer: ConsumerApp | undefined;
+    let app: RunningApp | undefined;
+    let client: Redis;
+
+    beforeAll(async () => {
+      const url = await redisUrl();
+      client = new Redis(url);
+      consumer = await installConsumer(fixture.name, await packTarball());
+      const compiled = await consumer.compile();
+      if (compiled.code !== 0) throw new Error(`tsc failed in ${consumer.dir}:\n${compiled.stdout}${compiled.stderr}`);
+      app = await startConsumer(consumer.dir, {
+        PORT: String(await freePort()),
+        REDIS_URL: url,
+        RATE_LIMIT_PREFIX: prefix,
+      });
+    }, SETUP_TIMEOUT);
+
+    afterAll(async () => {
+      await app?.stop();
+      await consumer?.remove();
+      if (client) {
+        await deleteKeys(client, prefix);
+        await client.quit();
+      }
+    });
+
+    it('installs the tarball with its peer ranges satisfied (npm would fail with ERESOLVE otherwise)', async () => {
+      expect(consumer!.installOutput).not.toMatch(/ERESOLVE|peer dep|invalid/i);
+      const installed = JSON.parse(
+        await readFile(join(consumer!.dir, 'node_modules/nest-redis-rate-limit/package.json'), 'utf8'),
+      ) as { name: string; dependencies?: object };
+      expect(installed.name).toBe('nest-redis-rate-limit');
+      expect(installed.dependencies).toBeUndefined();
+      const core = JSON.parse(await readFile(join(consumer!.dir, 'node_modules/@nestjs/core/package.json'), 'utf8')) as {
+        version: string;
+      };
+      expect(core.version).toBe(fixture.nestVersion);
+    });
+
+    it(`compiles against the shipped .d.ts (skipLibCheck: false) into ${fixture.moduleSystem === 'esm' ? 'import' : 'require()'} of the package`, async () => {
+      const config = JSON.parse(await readFile(join(consumer!.dir, 'tsconfig.json'), 'utf8')) as {
+        compilerOptions: { skipLibCheck?: boolean };
+      };
+      expect(config.compilerOptions.skipLibCheck).toBe(false);
+      const compiled = await readFile(join(consumer!.dir, 'dist/app.module.js'), 'utf8');
+      if (fixture.moduleSystem === 'esm') {
+        expect(compiled).toMatch(/^import \{ RateLimitModule \} from 'nest-redis-rate-limit';$/m);
+      } else {
+        expect(compiled).toMatch(/require\("nest-redis-rate-limit"\)/);
+      }
+    });
+
+    it('lets a @RateLimit(3, 1 / 3600) route through 3 times with X-RateLimit-* headers, then answers 429 with Retry-After', async () => {
+      const responses: HttpResponse[] = [];
+      for (let i = 0; i < 4; i++) responses.push(await http('GET', `${app!.url}/limited`));
+
+      expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 429]);
+      expect(JSON.parse(responses[0]!.body)).toEqual({ ok: true });
+      expect(responses.map((r) => numberHeader(r, 'X-RateLimit-Limit'))).toEqual([3, 3, 3, 3]);
+      expect(responses.map((r) => numberHeader(r, 'X-RateLimit-Remaining'))).toEqual([2, 1, 0, 0]);
+      // Seconds until full: one missing token takes 3600 s (less the few ms between requests, rounded up).
+      const resets = responses.map((r) => numberHeader(r, 'X-RateLimit-Reset'));
+      [3600, 7200, 10800, 10800].forEach((full, i) => {
+        expect(resets[i]).toBeLessThanOrEqual(full);
+        expect(resets[i]).toBeGreaterThanOrEqual(full - 1);
+      });
+      expect(responses.map((r) => r.headers['ratelimit-policy'])).toEqual(Array(4).fill('3;w=10800'));
+
+      const denied = responses[3]!;
+      const retryAfter = numberHeader(denied, 'Retry-After');
+      expect(retryAfter).toBeGreaterThanOrEqual(3599);
+      expect(retryAfter).toBeLessThanOrEqual(3600);
+      expect(JSON.parse(denied.body)).toEqual({ statusCode: 429, message: 'Too Many Requests', retryAfter });
+      for (const allowed of responses.slice(0, 3)) expect(allowed.headers['retry-after']).toBeUndefined();
+    });
+
+    it('leaves a @SkipRateLimit() handler of that controller unlimited and without headers', async () => {
+      for (let i = 0; i < 5; i++) {
+        const response = await http('GET', `${app!.url}/limited/free`);
+        expect(response.status).toBe(200);
+        expect(response.body).toBe('free');
+        expect(response.headers['x-ratelimit-limit']).toBeUndefined();
+        expect(response.headers['x-powered-by']).toBe(fixture.platform === 'express' ? 'Express' : undefined);
+      }
+    });
+
+    it('injects BucketService into a feature module that does not import RateLimitModule (forRootAsync isGlobal)', async () => {
+      const decisions = [];
+      for (let i = 0; i < 3; i++) decisions.push(JSON.parse((await http('POST', `${app!.url}/exports/7`)).body));
+      const other = JSON.parse((await http('POST', `${app!.url}/exports/8`)).body);
+
+      expect(decisions.map((d) => [d.allowed, d.limit, d.remaining])).toEqual([
+        [true, 2, 1],
+        [true, 2, 0],
+        [false, 2, 0],
+      ]);
+      expect(decisions[0].retryAfterSeconds).toBe(0);
+      expect(decisions[2].retryAfterSeconds).toBeGreaterThanOrEqual(3599);
+      expect(decisions[2].retryAfterSeconds).toBeLessThanOrEqual(3600);
+      expect([other.allowed, other.remaining]).toEqual([true, 1]);
+    });
+
+    it('writes under the keyPrefix that forRootAsync got from @nestjs/config ConfigService', async () => {
+      expect(await keysUnder(client, prefix)).toEqual(
+        [
+          `${prefix}{account:7:exports}`,
+          `${prefix}{account:8:exports}`,
+          `${prefix}{ip:127.0.0.1}:LimitedController.hello`,
+        ].sort(),
+      );
+    });
+
+    it('writes nothing to stderr: no warning from Node (require of ESM included), Nest or the library', () => {
+      expect(app!.stderr()).toBe('');
+    });
+  });
+}
