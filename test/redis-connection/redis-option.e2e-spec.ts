@@ -33,10 +33,15 @@ describe('the redis option', () => {
     ['a boolean', true, '(got true)'],
     ['a function', () => 'redis://127.0.0.1:6380', '(got a function)'],
     ['a Map', new Map([['host', '10.9.8.7']]), '(got a Map)'],
-    ['a string that is not a URL', 'localhost', '(got "localhost")'],
-    ['an http URL', 'http://10.9.8.7:6380', '(got "http://10.9.8.7:6380")'],
   ])('rejects %s at start-up, naming the accepted forms', async (_, redis, got) => {
     expect(await startUp(redis)).toBe(`RateLimitModule: redis must be ${ACCEPTED} ${got}`);
+  });
+
+  it.each([
+    ['a string that is not a URL', 'localhost', '(got "localhost")'],
+    ['an http URL', 'http://10.9.8.7:6380', '(got "http://10.9.8.7:6380")'],
+  ])('rejects %s, saying a string must be a redis:// or rediss:// URL', async (_, redis, got) => {
+    expect(await startUp(redis)).toBe(`RateLimitModule: redis must be a redis:// or rediss:// URL ${got}`);
   });
 
   it('rejects { url } and says to pass the URL itself', async () => {
@@ -66,7 +71,7 @@ describe('the redis option', () => {
 
   it('never shows the password of a URL it rejects', async () => {
     const message = await startUp('http://admin:S3cret@10.9.8.7:6380/0');
-    expect(message).toBe(`RateLimitModule: redis must be ${ACCEPTED} (got "http://admin:***@10.9.8.7:6380/0")`);
+    expect(message).toBe('RateLimitModule: redis must be a redis:// or rediss:// URL (got "http://admin:***@10.9.8.7:6380/0")');
     const inUrlOption = await startUp({ url: 'redis://:S3cret@10.9.8.7:6380?password=Other' });
     expect(inUrlOption).toContain('(redis: "redis://:***@10.9.8.7:6380?password=***")');
     for (const text of [message, inUrlOption]) {

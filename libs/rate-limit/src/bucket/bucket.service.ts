@@ -1,4 +1,4 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, ServiceUnavailableException } from '@nestjs/common';
 import type { BucketDecision, BucketPolicy } from '../rate-limit.interfaces.js';
 import { PROBE_AFTER_FAILURES } from '../rate-limit.constants.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
@@ -48,10 +48,18 @@ const FAILURE_EFFECT: Record<FailureMode, string> = {
   local: 'requests are limited by in-process buckets',
 };
 
-/** The store could not decide and `failureMode` is `'closed'`. */
-export class RateLimitUnavailableError extends Error {
+/**
+ * The store could not decide and `failureMode` is `'closed'`. A `ServiceUnavailableException`, so a
+ * Nest application that lets it propagate answers 503 with the same body the guard sends
+ * (`{ statusCode: 503, message: 'Rate limiting is unavailable; try again shortly', error: 'Service Unavailable' }`);
+ * `cause` says why.
+ */
+export class RateLimitUnavailableError extends ServiceUnavailableException {
   constructor(cause: unknown) {
-    super(`rate-limit store unavailable: ${cause instanceof Error ? cause.message : String(cause)}`);
+    super('Rate limiting is unavailable; try again shortly', {
+      description: 'Service Unavailable',
+      cause: typeof cause === 'string' ? new Error(`rate-limit store unavailable: ${cause}`) : cause,
+    });
     this.name = 'RateLimitUnavailableError';
   }
 }
@@ -97,7 +105,12 @@ export class BucketService {
     return verdict.decisions[0];
   }
 
-  /** Takes from several buckets atomically: all of them have the tokens and are drained, or none is touched. */
+  /**
+   * Takes from several buckets atomically: all of them have the tokens and are drained, or none is touched.
+   * Answers `{ allowed, decisions }`: `decisions[i]` is the decision of `entries[i]`, each with the request's
+   * `allowed`; when denied, `retryAfterSeconds` is at least 1 for the buckets that lacked tokens and 0 for
+   * those that had them, so the wait of the whole request is the largest one.
+   */
   async consumeAll(entries: readonly BucketEntry[]): Promise<{ allowed: boolean; decisions: BucketDecision[] }> {
     const verdict = await this.decide(entries.map((entry) => this.request(entry, entry.cost ?? 1)));
     if (verdict.source === 'closed') throw new RateLimitUnavailableError('failureMode is closed');

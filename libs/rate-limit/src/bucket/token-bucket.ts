@@ -46,7 +46,9 @@ function secondsUntil(tokens: number, target: number, refillPerSecond: number): 
 /**
  * The decision one bucket reports, from the tokens it holds after the request.
  * `allowed` is the verdict of the whole request (with several policies a bucket can have had the
- * tokens while another denied).
+ * tokens while another denied). `retryAfterSeconds` is this bucket's wait: 0 when allowed, and 0 too
+ * for a bucket that had its tokens when another one refused (it is not what the request waits for);
+ * at least 1 for a bucket that refused.
  */
 export function toDecision(
   policy: BucketPolicy,
@@ -58,7 +60,7 @@ export function toDecision(
     allowed,
     limit: policy.capacity,
     remaining: tokens > 0 ? Math.floor(tokens) : 0,
-    retryAfterSeconds: allowed ? 0 : Math.max(1, secondsUntil(tokens, cost, policy.refillPerSecond)),
+    retryAfterSeconds: allowed || tokens >= cost ? 0 : Math.max(1, secondsUntil(tokens, cost, policy.refillPerSecond)),
     resetSeconds: secondsUntil(tokens, policy.capacity, policy.refillPerSecond),
   };
 }

@@ -165,6 +165,7 @@ export function checkRedisOption(value: unknown): RedisOption {
       protocol = undefined;
     }
     if (protocol === 'redis:' || protocol === 'rediss:') return value;
+    throw new Error(`RateLimitModule: redis must be a redis:// or rediss:// URL (got ${shown(value)})`);
   } else if (isPlainObject(value)) {
     for (const key of Object.keys(value)) {
       if (key === 'url') {
@@ -278,7 +279,6 @@ export class RedisDiagnostics {
   private readonly secrets: string[];
   private readonly logger = new ThrottledLogger('RateLimit');
   private lastError: unknown;
-  private logged = false;
 
   constructor(private readonly client: RedisClient) {
     this.target = describeTarget(client);
@@ -328,14 +328,12 @@ export class RedisDiagnostics {
     );
   }
 
+  /** Connected: the recovery itself is logged by BucketService, with the decisions the outage cost. */
   private ready(): void {
     this.lastError = undefined;
-    if (this.logged) this.logger.log(`Connected to ${this.target}`);
-    this.logged = false;
   }
 
   private warn(message: string): void {
-    this.logged = true;
     this.logger.warn(this.scrub(message));
   }
 
