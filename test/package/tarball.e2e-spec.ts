@@ -1,0 +1,64 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { packTarball, ROOT, runOk } from './support/consumer.js';
+
+/** What `npm pack --workspace libs/rate-limit` puts in the tarball, and the contract in its package.json. */
+
+/** The ranges the consumer apps in test/package/fixtures prove (lowest pinned version of each major). */
+const PROVEN_PEERS = {
+  '@nestjs/common': '^11.0.1 || ^12.0.1',
+  '@nestjs/core': '^11.0.1 || ^12.0.1',
+  ioredis: '^5.8.0 || ^6.0.0',
+  'reflect-metadata': '^0.2.0',
+  rxjs: '^7.1.0',
+};
+
+describe('the packed tarball', () => {
+  let tarball: string;
+  let files: string[];
+
+  beforeAll(async () => {
+    tarball = await packTarball();
+    files = (await runOk('tar', ['-tzf', tarball], ROOT)).stdout.split('\n').filter(Boolean).sort();
+  }, 5 * 60_000);
+
+  const extract = async (file: string) => (await runOk('tar', ['-xzOf', tarball, `package/${file}`], ROOT)).stdout;
+
+  it('holds the built dist, README.md, LICENSE and package.json, and no sources, specs or build info', () => {
+    expect(files.filter((file) => !file.startsWith('package/dist/'))).toEqual([
+      'package/LICENSE',
+      'package/README.md',
+      'package/package.json',
+    ]);
+    expect(files).toContain('package/dist/index.js');
+    expect(files).toContain('package/dist/index.d.ts');
+    expect(files.filter((file) => /\.spec\.|tsbuildinfo|\.ts$/.test(file) && !file.endsWith('.d.ts'))).toEqual([]);
+    const modules = files.filter((file) => file.endsWith('.js'));
+    expect(modules.length).toBeGreaterThan(20);
+    for (const module of modules) expect(files).toContain(module.replace(/\.js$/, '.d.ts'));
+  });
+
+  it("ships the repository's README and the MIT license", async () => {
+    expect(await extract('README.md')).toBe(await readFile(join(ROOT, 'README.md'), 'utf8'));
+    expect(await extract('LICENSE')).toMatch(/^MIT License\n/);
+  });
+
+  it('declares a public ESM package: exports types + default, no runtime dependencies, the proven peer ranges', async () => {
+    const manifest = JSON.parse(await extract('package.json')) as Record<string, unknown>;
+    expect(manifest).toMatchObject({
+      name: 'nest-redis-rate-limit',
+      license: 'MIT',
+      type: 'module',
+      types: './dist/index.d.ts',
+      sideEffects: false,
+      engines: { node: '^20.19.0 || >=22.12.0' },
+      exports: {
+        '.': { types: './dist/index.d.ts', default: './dist/index.js' },
+        './package.json': './package.json',
+      },
+    });
+    expect(manifest.private).toBeUndefined();
+    expect(manifest.dependencies).toBeUndefined();
+    expect(manifest.peerDependencies).toEqual(PROVEN_PEERS);
+  });
+});
