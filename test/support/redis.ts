@@ -1,14 +1,14 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
 import { redisAnswers } from 'nest-redis-rate-limit';
 
 /**
- * Redis for tests, in this order: REDIS_URL; 127.0.0.1:6379 if it answers; a `redis-server` binary
- * started on a free port; a testcontainers Redis where a Docker engine runs; else a clear failure.
- * Tests that stop or kill Redis use `startRedisServer()` and never touch the shared server.
+ * Redis for tests, in this order (`findRedis`): REDIS_URL; 127.0.0.1:6379 if it answers; a
+ * `redis-server` binary started on a free port; a testcontainers Redis where a container runtime
+ * answers; else a clear failure. Tests that stop or kill Redis use `RedisServer.start()` and never
+ * touch the shared server.
  */
 
 /** Answers whether PING succeeds at `url` within `timeoutMs`. */
@@ -87,40 +87,90 @@ export class RedisServer {
   }
 }
 
-async function startContainer(): Promise<{ url: string; stop: () => Promise<void> }> {
-  // Optional: only where a Docker engine exists and @testcontainers/redis is installed.
-  const moduleName = '@testcontainers/redis';
-  const { RedisContainer } = await import(moduleName);
-  const container = await new RedisContainer('redis:7').start();
-  return { url: container.getConnectionUrl(), stop: () => container.stop() };
+/** Where the tests' Redis came from, in the order they are tried. */
+export type RedisSource = 'REDIS_URL' | '127.0.0.1:6379' | 'redis-server' | 'container';
+
+/** Whether a container runtime (a Docker engine, or Podman, Colima...) answers, and why not if not. */
+export type RuntimeProbe = { answers: true } | { answers: false; reason: string };
+
+/** Everything `findRedis` asks the machine, as parameters so that the order can be tested without one. */
+export interface RedisProbes {
+  /** The REDIS_URL environment variable. */
+  configuredUrl: string | undefined;
+  ping(url: string): Promise<boolean>;
+  hasRedisServerBinary(): boolean;
+  /** Starts a `redis-server` of the run's own and returns its URL. */
+  startRedisServer(): Promise<string>;
+  containerRuntime(): Promise<RuntimeProbe>;
+  /** Starts a Redis container and returns its URL. */
+  startRedisContainer(): Promise<string>;
 }
 
-async function provideRedis(): Promise<string> {
-  if (process.env.REDIS_URL) {
-    if (await pingRedis(process.env.REDIS_URL)) return process.env.REDIS_URL;
-    throw new Error(`REDIS_URL=${process.env.REDIS_URL} does not answer PING`);
+export const LOCAL_REDIS = 'redis://127.0.0.1:6379';
+
+/**
+ * The first Redis available: REDIS_URL (which must answer: it is never silently replaced); else
+ * 127.0.0.1:6379 if it answers; else a `redis-server` binary started on a free port; else a container
+ * through testcontainers when a container runtime answers; else an error saying how to get one.
+ */
+export async function findRedis(probes: RedisProbes): Promise<{ url: string; source: RedisSource }> {
+  if (probes.configuredUrl) {
+    if (await probes.ping(probes.configuredUrl)) return { url: probes.configuredUrl, source: 'REDIS_URL' };
+    throw new Error(`REDIS_URL=${probes.configuredUrl} does not answer PING`);
   }
-  const local = 'redis://127.0.0.1:6379';
-  if (await pingRedis(local)) return local;
-  if (hasRedisServerBinary()) {
-    const server = await RedisServer.start();
-    process.once('exit', () => server.signal('SIGKILL'));
-    return server.url;
-  }
-  if (existsSync('/var/run/docker.sock')) {
+  if (await probes.ping(LOCAL_REDIS)) return { url: LOCAL_REDIS, source: '127.0.0.1:6379' };
+  if (probes.hasRedisServerBinary()) return { url: await probes.startRedisServer(), source: 'redis-server' };
+  const runtime = await probes.containerRuntime();
+  if (runtime.answers) {
     try {
-      const container = await startContainer();
-      process.once('beforeExit', () => void container.stop());
-      return container.url;
+      return { url: await probes.startRedisContainer(), source: 'container' };
     } catch (error) {
       throw new Error(`Could not start a Redis container: ${(error as Error).message}`);
     }
   }
   throw new Error(
     'No Redis for the tests: set REDIS_URL, run redis-server on 127.0.0.1:6379 ' +
-      '(e.g. `redis-server --daemonize yes --port 6379 --save ""`), or install redis-server.',
+      '(e.g. `redis-server --daemonize yes --port 6379 --save ""`), install redis-server, ' +
+      `or run a Docker engine for testcontainers (${runtime.reason}).`,
   );
 }
+
+/** The probes of this machine, now. testcontainers is imported only when the earlier choices failed. */
+export const machineProbes = (): RedisProbes => ({
+  configuredUrl: process.env.REDIS_URL,
+  ping: (url) => pingRedis(url),
+  hasRedisServerBinary,
+  async startRedisServer() {
+    const server = await RedisServer.start();
+    process.once('exit', () => server.signal('SIGKILL'));
+    return server.url;
+  },
+  async containerRuntime() {
+    let testcontainers: typeof import('testcontainers');
+    try {
+      testcontainers = await import('testcontainers');
+    } catch (error) {
+      // testcontainers 12 needs Node >= 22.22: its undici fails to load on older versions.
+      return {
+        answers: false,
+        reason: `testcontainers cannot be loaded on Node ${process.versions.node}: ${(error as Error).message}`,
+      };
+    }
+    try {
+      await testcontainers.getContainerRuntimeClient();
+      return { answers: true };
+    } catch (error) {
+      return { answers: false, reason: `no container runtime answers: ${(error as Error).message}` };
+    }
+  },
+  async startRedisContainer() {
+    const { RedisContainer } = await import('@testcontainers/redis');
+    const container = await new RedisContainer('redis:7').start();
+    // testcontainers' reaper removes the container if this process dies before stopping it.
+    process.once('beforeExit', () => void container.stop());
+    return container.getConnectionUrl();
+  },
+});
 
 /**
  * The Redis the tests share. Found once per jest worker and kept in process.env, which outlives the
@@ -128,7 +178,7 @@ async function provideRedis(): Promise<string> {
  */
 export async function redisUrl(): Promise<string> {
   if (!process.env.REDIS_URL_RESOLVED) {
-    process.env.REDIS_URL = await provideRedis();
+    process.env.REDIS_URL = (await findRedis(machineProbes())).url;
     process.env.REDIS_URL_RESOLVED = '1';
   }
   return process.env.REDIS_URL as string;
