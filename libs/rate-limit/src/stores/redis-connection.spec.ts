@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import { checkRedisOption, describeCause, maskUrl, REDIS_OPTION_KEYS } from './redis-connection.js';
+import { Cluster, Redis } from 'ioredis';
+import { checkRedisOption, describeCause, describeTarget, maskUrl, REDIS_OPTION_KEYS } from './redis-connection.js';
 
 /** The option names declared in the `interface`/`type` block starting at `start` of an ioredis .d.ts file. */
 function declaredKeys(file: string, start: RegExp): string[] {
@@ -73,5 +74,33 @@ describe('connection causes in words', () => {
     expect(describeCause(error('connect ETIMEDOUT', 'ETIMEDOUT'), true)).toBe(
       'connection timed out (with TLS on, also check that the server speaks TLS on this port) (connect ETIMEDOUT)',
     );
+  });
+});
+
+describe('where a client connects, in words', () => {
+  it.each([
+    [{ host: 'cache.internal', port: 6380 }, 'Redis at cache.internal:6380'],
+    [{ host: 'cache.internal', port: 6380, tls: {} }, 'Redis at cache.internal:6380 (TLS)'],
+    [{ path: '/run/redis.sock' }, 'Redis at /run/redis.sock'],
+    [
+      { sentinels: [{ host: 's1', port: 26379 }, { host: 's2' }], name: 'mymaster', password: 'pw' },
+      'Redis master "mymaster" via sentinels s1:26379, s2:26379',
+    ],
+  ])('describes %j as %s', (options, text) => {
+    const client = new Redis({ ...options, lazyConnect: true });
+    expect(describeTarget(client)).toBe(text);
+    client.disconnect();
+  });
+
+  it('describes a URL client by its host and port, without the password', () => {
+    const client = new Redis('redis://:S3cret@cache.internal:6390/1', { lazyConnect: true });
+    expect(describeTarget(client)).toBe('Redis at cache.internal:6390');
+    client.disconnect();
+  });
+
+  it('describes a Cluster by its startup nodes', () => {
+    const cluster = new Cluster([{ host: 'a', port: 7000 }, { host: 'b', port: 7001 }], { lazyConnect: true });
+    expect(describeTarget(cluster)).toBe('Redis Cluster (a:7000, b:7001)');
+    cluster.disconnect();
   });
 });

@@ -1,3 +1,4 @@
+import { Logger } from '@nestjs/common';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { ThrottledLogger } from '../throttled-logger.js';
 
@@ -304,11 +305,15 @@ export class RedisDiagnostics {
     return new Error(`${this.target} is not connected: ${cause ?? `connection ${this.client.status}`}`);
   }
 
-  /** Start-up gave up waiting for the connection. */
+  /**
+   * Start-up gave up waiting for the connection. Logged once, outside the throttle: when the cause is
+   * already known it was just logged, and when it is not (a connect timeout takes 10 s), the error that
+   * comes later must not be held back by this line.
+   */
   notReadyAtStart(): void {
-    const cause = this.cause();
-    this.warn(
-      `${this.target} is not reachable yet${cause ? `: ${cause}` : ''}; decisions follow failureMode until it answers`,
+    if (this.lastError !== undefined) return;
+    new Logger('RateLimit').warn(
+      `${this.target} is not reachable yet; decisions follow failureMode until it answers`,
     );
   }
 
