@@ -134,6 +134,7 @@ describe('shutdown', () => {
       const moduleRef = await started(server);
       server.signal('SIGSTOP');
       const ms = await closeTime(moduleRef);
+      if (process.env.RL_TEST_FIGURES) process.stdout.write(`[figure] app.close() with Redis paused (ms): ${ms.toFixed(0)}\n`);
       expect(ms).toBeLessThan(1000);
       expect(ms).toBeGreaterThanOrEqual(450); // QUIT had its chance first
     } finally {
