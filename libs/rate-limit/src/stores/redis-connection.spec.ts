@@ -99,8 +99,8 @@ describe('where a client connects, in words', () => {
   });
 
   it('describes a Cluster by its startup nodes', () => {
-    const cluster = new Cluster([{ host: 'a', port: 7000 }, { host: 'b', port: 7001 }], { lazyConnect: true });
-    expect(describeTarget(cluster)).toBe('Redis Cluster (a:7000, b:7001)');
+    const cluster = new Cluster([{ host: 'a', port: 7000 }, { host: 'b', port: 7001 }, 'redis://:S3cret@c:7002'], { lazyConnect: true });
+    expect(describeTarget(cluster)).toBe('Redis Cluster (a:7000, b:7001, redis://:***@c:7002)');
     cluster.disconnect();
   });
 });

@@ -200,7 +200,7 @@ export function describeTarget(client: RedisClient): string {
     const shownNodes = nodes.map((node) =>
       typeof node === 'object' && node !== null
         ? `${(node as { host?: string }).host ?? 'localhost'}:${(node as { port?: number }).port ?? 6379}`
-        : String(node),
+        : maskUrl(String(node)),
     );
     return `Redis Cluster (${shownNodes.join(', ') || 'no startup nodes'})`;
   }
