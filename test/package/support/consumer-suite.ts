@@ -1,4 +1,4 @@
-import { readFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { deleteKeys, freePort, keysUnder, redisUrl, testPrefix } from '../../support/redis.js';
@@ -9,6 +9,7 @@ import {
   installConsumer,
   numberHeader,
   packTarball,
+  ROOT,
   type RunningApp,
   startConsumer,
 } from './consumer.js';
@@ -27,6 +28,29 @@ export interface ConsumerFixture {
   nestVersion: string;
 }
 
+/**
+ * Writes the README's Quick start block into the app as src/quickstart/{app.module,reports.controller}.ts,
+ * so that the app's own compile checks it. A CommonJS app gets its relative imports without `.js`, as the
+ * README tells CommonJS users to write them.
+ */
+async function addQuickStart(dir: string, moduleSystem: ConsumerFixture['moduleSystem']): Promise<void> {
+  const readme = await readFile(join(ROOT, 'README.md'), 'utf8');
+  const block = /^## Quick start\n+```ts\n([\s\S]*?)\n```/m.exec(readme)?.[1];
+  const [appModule, controller] = block?.split(/^(?=\/\/ reports\.controller\.ts$)/m) ?? [];
+  const expected = appModule?.startsWith('// app.module.ts\n') && appModule.includes("from './reports.controller.js';");
+  if (!expected || !controller) {
+    throw new Error(
+      'README.md: expected "## Quick start" to open with a ```ts block of `// app.module.ts` ' +
+        "(importing './reports.controller.js') and `// reports.controller.ts`",
+    );
+  }
+  const asCommonJs = (source: string) => source.replaceAll(/(from '\.{1,2}\/[^']+)\.js'/g, "$1'");
+  await mkdir(join(dir, 'src/quickstart'));
+  const module = moduleSystem === 'esm' ? appModule : asCommonJs(appModule);
+  await writeFile(join(dir, 'src/quickstart/app.module.ts'), module);
+  await writeFile(join(dir, 'src/quickstart/reports.controller.ts'), controller);
+}
+
 /** The checks every consumer app passes: the same routes, the same answers, whatever the stack. */
 export function describeConsumer(fixture: ConsumerFixture): void {
   describe(`consumer app ${fixture.name} (Nest ${fixture.nestVersion}, ${fixture.moduleSystem}, ${fixture.platform})`, () => {
@@ -39,6 +63,7 @@ export function describeConsumer(fixture: ConsumerFixture): void {
       const url = await redisUrl();
       client = new Redis(url);
       consumer = await installConsumer(fixture.name, await packTarball());
+      await addQuickStart(consumer.dir, fixture.moduleSystem);
       const compiled = await consumer.compile();
       if (compiled.code !== 0) throw new Error(`tsc failed in ${consumer.dir}:\n${compiled.stdout}${compiled.stderr}`);
       app = await startConsumer(consumer.dir, {
@@ -81,6 +106,17 @@ export function describeConsumer(fixture: ConsumerFixture): void {
       } else {
         expect(compiled).toMatch(/require\("nest-redis-rate-limit"\)/);
       }
+    });
+
+    const asWritten = fixture.moduleSystem === 'esm' ? 'as written' : 'with the .js of its relative import dropped (CommonJS)';
+    it(`compiles the README's Quick start ${asWritten}, in the same tsc run as the app`, async () => {
+      const quickStart = join(consumer!.dir, 'src/quickstart');
+      expect(await readFile(join(quickStart, 'app.module.ts'), 'utf8')).toMatch(
+        fixture.moduleSystem === 'esm' ? /from '\.\/reports\.controller\.js';/ : /from '\.\/reports\.controller';/,
+      );
+      const compiled = await readFile(join(consumer!.dir, 'dist/quickstart/reports.controller.js'), 'utf8');
+      expect(compiled).toMatch(/Controller\)?\('reports'\)/);
+      expect(compiled).toMatch(/RateLimit\)?\(100, 20, 'apiKey'\)/);
     });
 
     it('lets a @RateLimit(3, 1 / 3600) route through 3 times with X-RateLimit-* headers, then answers 429 with Retry-After', async () => {
