@@ -1,6 +1,6 @@
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { packTarball, ROOT, runOk } from './support/consumer.js';
+import { FIXTURES, packTarball, ROOT, runOk } from './support/consumer.js';
 
 /** What `npm pack --workspace libs/rate-limit` puts in the tarball, and the contract in its package.json. */
 
@@ -60,5 +60,39 @@ describe('the packed tarball', () => {
     expect(manifest.private).toBeUndefined();
     expect(manifest.dependencies).toBeUndefined();
     expect(manifest.peerDependencies).toEqual(PROVEN_PEERS);
+  });
+
+  it('starts every peer range, per major version, at a version a consumer fixture pins, and admits every pin', async () => {
+    const pins = new Map<string, Set<string>>();
+    for (const fixture of await readdir(FIXTURES)) {
+      const manifest = JSON.parse(await readFile(join(FIXTURES, fixture, 'package.json'), 'utf8')) as {
+        dependencies: Record<string, string>;
+      };
+      for (const [name, version] of Object.entries(manifest.dependencies)) {
+        if (name in PROVEN_PEERS) pins.set(name, (pins.get(name) ?? new Set()).add(version));
+      }
+    }
+    const parse = (version: string) => version.split('.').map(Number) as [number, number, number];
+    const atLeast = (a: number[], b: number[]) =>
+      a[0]! > b[0]! || (a[0] === b[0] && (a[1]! > b[1]! || (a[1] === b[1] && a[2]! >= b[2]!)));
+    for (const [name, range] of Object.entries(PROVEN_PEERS)) {
+      const floors = range.split(' || ').map((part) => parse(part.replace(/^\^/, '')));
+      const pinned = [...(pins.get(name) ?? [])].map(parse);
+      // Caret ranges below 1.0 pin the minor too (^0.2.0 is >=0.2.0 <0.3.0).
+      const sameLine = (floor: number[], version: number[]) =>
+        floor[0] === version[0] && (floor[0] !== 0 || floor[1] === version[1]);
+      for (const floor of floors) {
+        const line = pinned.filter((version) => sameLine(floor, version));
+        const lowest = line.sort((a, b) => (atLeast(a, b) ? 1 : -1))[0];
+        expect([name, lowest?.join('.')]).toEqual([name, floor.join('.')]);
+      }
+      for (const version of pinned) {
+        expect([name, version.join('.'), floors.some((floor) => sameLine(floor, version) && atLeast(version, floor))]).toEqual([
+          name,
+          version.join('.'),
+          true,
+        ]);
+      }
+    }
   });
 });
