@@ -22,11 +22,18 @@ export const FIXTURES = join(ROOT, 'test/package/fixtures');
 const LIBRARY = join(ROOT, 'libs/rate-limit');
 const CACHE = join(tmpdir(), 'nest-redis-rate-limit-tests');
 
-/** The environment for npm and the apps: none of the parent npm's settings, no jest flags. */
+/**
+ * What `npm test` puts in the environment about this workspace (its prefix, package, script, workspace
+ * flags): an npm started in a fixture must not inherit it. Settings such as the registry or the cache stay.
+ */
+const WORKSPACE_NPM_VARIABLES =
+  /^npm_(package_|lifecycle_|command$|config_(local_prefix|prefix|global_prefix|workspaces?|include_workspace_root)$)/i;
+
+/** The environment for npm and the apps: no workspace settings of the parent npm, no jest flags. */
 function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(process.env)) {
-    if (!name.toLowerCase().startsWith('npm_') && name !== 'NODE_OPTIONS' && name !== 'INIT_CWD') env[name] = value;
+    if (!WORKSPACE_NPM_VARIABLES.test(name) && name !== 'NODE_OPTIONS' && name !== 'INIT_CWD') env[name] = value;
   }
   return { ...env, ...extra };
 }
