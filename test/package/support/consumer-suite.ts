@@ -84,6 +84,8 @@ export function describeConsumer(fixture: ConsumerFixture): void {
 
     it('installs the tarball with its peer ranges satisfied (npm would fail with ERESOLVE otherwise)', async () => {
       expect(consumer!.installOutput).not.toMatch(/ERESOLVE|peer dep|invalid/i);
+      // Its engines admit the running Node (npm names a package whose engines do not, e.g. file-type@22).
+      expect(consumer!.installOutput).not.toMatch(/EBADENGINE[^\n]*nest-redis-rate-limit/);
       const installed = JSON.parse(
         await readFile(join(consumer!.dir, 'node_modules/nest-redis-rate-limit/package.json'), 'utf8'),
       ) as { name: string; dependencies?: object };

@@ -89,8 +89,8 @@ async function exists(path: string): Promise<boolean> {
 
 /**
  * Holds a lock directory while `work` runs. `npm pack` rebuilds libs/rate-limit/dist, so two packs of
- * this working tree must not overlap, whichever test file or run asks; a lock older than 5 minutes is
- * taken to be left over from a killed run.
+ * this working tree must not overlap, whichever test file or run asks; a lock older than 2 minutes (a
+ * pack takes seconds) is taken to be left over from a killed run.
  */
 async function withLock<T>(lock: string, work: () => Promise<T>): Promise<T> {
   const deadline = Date.now() + 10 * 60_000;
@@ -101,7 +101,7 @@ async function withLock<T>(lock: string, work: () => Promise<T>): Promise<T> {
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const age = await stat(lock).then((s) => Date.now() - s.mtimeMs, () => 0);
-      if (age > 5 * 60_000) await rm(lock, { recursive: true, force: true });
+      if (age > 2 * 60_000) await rm(lock, { recursive: true, force: true });
       if (Date.now() > deadline) throw new Error(`Waited 10 minutes for ${lock}`);
       await new Promise((resolve) => setTimeout(resolve, 250));
     }
