@@ -1,12 +1,12 @@
-import { type INestApplication, Logger, Module, type Provider } from '@nestjs/common';
-import { APP_GUARD } from '@nestjs/core';
+import { type INestApplication, Logger, Module, type Provider, type Type } from '@nestjs/common';
+import { APP_GUARD, ModuleRef } from '@nestjs/core';
 import { Redis } from 'ioredis';
 import request from 'supertest';
 import { RateLimitGuard, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS, type Platform } from '../support/app.js';
 import { LogRecorder } from '../support/log-recorder.js';
 import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../support/redis.js';
-import { ClientIpGuard, GuardedFeatureModule, PlacedController } from './placement.controllers.js';
+import { ClientIpGuard, GuardedFeatureModule, MixedController, PlacedController } from './placement.controllers.js';
 
 /** Where the guard is placed: by the module, by the app (`guard: false`), twice by mistake, or nowhere. */
 describe.each(PLATFORMS)('placing RateLimitGuard on %s', (platform: Platform) => {
@@ -15,10 +15,16 @@ describe.each(PLATFORMS)('placing RateLimitGuard on %s', (platform: Platform) =>
   let client: Redis;
   let app: INestApplication | undefined;
 
-  async function start(name: string, options: RateLimitModuleOptions, providers: Provider[] = [], imports: any[] = []) {
+  async function start(
+    name: string,
+    options: RateLimitModuleOptions,
+    providers: Provider[] = [],
+    imports: any[] = [],
+    controllers: Type[] = [PlacedController],
+  ) {
     @Module({
       imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: `${prefix}${name}:`, ...options }), ...imports],
-      controllers: [PlacedController],
+      controllers,
       providers,
     })
     class PlacementAppModule {}
@@ -61,7 +67,7 @@ describe.each(PLATFORMS)('placing RateLimitGuard on %s', (platform: Platform) =>
   });
 
   it('resolves @UseGuards(RateLimitGuard) in a feature module that does not import RateLimitModule', async () => {
-    await start('use-guards', { guard: false }, [], [GuardedFeatureModule]);
+    await start('use-guards', { guard: false }, [], [GuardedFeatureModule], []);
     expect((await get('/guarded').expect(200)).headers['x-ratelimit-remaining']).toBe('1');
     expect((await get('/guarded').expect(200)).headers['x-ratelimit-remaining']).toBe('0');
     await get('/guarded').expect(429);
@@ -79,14 +85,32 @@ describe.each(PLATFORMS)('placing RateLimitGuard on %s', (platform: Platform) =>
     expect(warnings[0]).toContain('guard: false');
   });
 
-  it('still limits a route when no guard runs at all (guard: false, none placed), and warns once that guard refusals are not counted', async () => {
-    await start('no-guard', { guard: false });
+  it('refuses to start with guard: false when no RateLimitGuard would run on a per-IP route, naming it', async () => {
+    await expect(start('no-guard', { guard: false })).rejects.toThrow(
+      'RateLimitModule.forRoot({ guard: false }), but no RateLimitGuard runs on PlacedController.ip: their @RateLimit ' +
+        'policies would not be enforced. Register RateLimitGuard (APP_GUARD, app.useGlobalGuards() or @UseGuards()) or remove guard: false',
+    );
+  });
+
+  it('starts with guard: false when the app adds RateLimitGuard with useGlobalGuards()', async () => {
+    @Module({
+      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: `${prefix}global:`, guard: false })],
+      controllers: [PlacedController],
+    })
+    class GlobalGuardAppModule {}
+    app = await createApp(GlobalGuardAppModule, platform, (nest) => nest.useGlobalGuards(new RateLimitGuard(nest.get(ModuleRef))));
     await get('/placed/ip').expect(200);
     await get('/placed/ip').expect(200);
-    const refused = await get('/placed/ip').expect(429);
+    await get('/placed/ip').expect(429);
+  });
+
+  it('decides every policy in the interceptor when no guard runs on a route that has one, and warns once', async () => {
+    await start('interceptor-only', { guard: false }, [], [], [MixedController]);
+    await get('/mixed').expect(200);
+    await get('/mixed').expect(200);
+    const refused = await get('/mixed').expect(429);
     expect(refused.headers['retry-after']).toBeDefined();
     const warnings = recorder.of('RateLimit', 'warn');
-    expect(warnings).toHaveLength(1);
-    expect(warnings[0]).toContain('No RateLimitGuard ran before PlacedController.ip');
+    expect(warnings.filter((w) => w.startsWith('No RateLimitGuard ran before MixedController.get'))).toHaveLength(1);
   });
 });

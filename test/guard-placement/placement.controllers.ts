@@ -17,6 +17,17 @@ export class PlacedController {
   }
 }
 
+/** A per-IP burst and a per-user quota: the interceptor runs here, guard or no guard. */
+@Controller('mixed')
+export class MixedController {
+  @Get()
+  @RateLimit({ capacity: 2, refillPerSecond: 0.001, keyBy: 'ip', name: 'mixed-ip' })
+  @RateLimit({ capacity: 5, refillPerSecond: 0.001, keyBy: 'user', name: 'mixed-user' })
+  get() {
+    return { ok: true };
+  }
+}
+
 /** The client address from a header a trusted edge proxy sets, as some apps have it. */
 @Injectable()
 export class ClientIpGuard extends RateLimitGuard {

@@ -12,13 +12,21 @@ export class UnlimitedController {
 @Controller('limited')
 @RateLimit(5, 0.001, 'ip')
 export class LimitedController {
-  /** Decorated on the class and, twice, on the handler: the interceptor must still decide once. */
+  /** Per-IP on the class; a per-IP and a per-tenant policy (after the guards) on the handler. */
   @Get('stacked')
   @RateLimit({ capacity: 4, refillPerSecond: 0.001, keyBy: 'ip', name: 'stacked-ip' })
   @RateLimit({ capacity: 3, refillPerSecond: 0.001, keyBy: (ctx) => ctx.switchToHttp().getRequest().headers['x-tenant'], name: 'stacked-tenant' })
   stacked(@Req() request: Record<symbol, RateLimitState>) {
     const state = request[RATE_LIMIT_VERDICT];
     return { scopes: state.policies.map((p) => (p as { scope: string }).scope), remaining: state.verdict?.decisions.map((d) => d.remaining) };
+  }
+
+  /** A user policy, stacked twice on the handler (one interceptor), under a per-IP class policy. */
+  @Get('by-user')
+  @RateLimit({ capacity: 2, refillPerSecond: 0.001, keyBy: 'user', name: 'by-user' })
+  @RateLimit({ capacity: 3, refillPerSecond: 0.001, keyBy: 'user', name: 'by-user-b' })
+  byUser() {
+    return { ok: true };
   }
 
   @Get('class')

@@ -26,7 +26,7 @@ describe.each(PLATFORMS)('RateLimitInterceptor on %s', (platform: Platform) => {
 
   async function start(name: string, options: RateLimitModuleOptions = {}) {
     @Module({
-      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: `${prefix}${name}:`, ...options })],
+      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: `${prefix}${name}:`, keys: { user: (req) => req.headers['x-user'] }, ...options })],
       controllers: [UnlimitedController, LimitedController],
     })
     class InterceptorAppModule {}
@@ -50,9 +50,11 @@ describe.each(PLATFORMS)('RateLimitInterceptor on %s', (platform: Platform) => {
     await client.quit();
   });
 
-  it('is attached once to each decorated class and handler, however many @RateLimit it has', () => {
-    expect(Reflect.getMetadata(INTERCEPTORS_METADATA, LimitedController)).toEqual([RateLimitInterceptor]);
+  it('is attached once where a policy may be decided after the guards, and never for per-IP policies', () => {
     expect(Reflect.getMetadata(INTERCEPTORS_METADATA, LimitedController.prototype.stacked)).toEqual([RateLimitInterceptor]);
+    expect(Reflect.getMetadata(INTERCEPTORS_METADATA, LimitedController.prototype.byUser)).toEqual([RateLimitInterceptor]);
+    expect(Reflect.getMetadata(INTERCEPTORS_METADATA, LimitedController)).toBeUndefined();
+    expect(Reflect.getMetadata(INTERCEPTORS_METADATA, LimitedController.prototype.byClass)).toBeUndefined();
     expect(Reflect.getMetadata(INTERCEPTORS_METADATA, UnlimitedController)).toBeUndefined();
   });
 
@@ -73,8 +75,7 @@ describe.each(PLATFORMS)('RateLimitInterceptor on %s', (platform: Platform) => {
     expect(first.headers['x-ratelimit-limit']).toBe('3');
     expect(first.headers['x-ratelimit-remaining']).toBe('2');
     expect((await get('/limited/stacked').expect(200)).body.remaining).toEqual([2, 1]);
-    // Class and handler both carry the interceptor: it runs twice and decides once.
-    expect(counter.calls).toBe(4);
+    expect(counter.calls).toBe(2);
     await get('/limited/stacked').expect(200);
     const refused = await get('/limited/stacked').expect(429);
     expect(refused.headers['x-ratelimit-limit']).toBe('3');
@@ -84,13 +85,32 @@ describe.each(PLATFORMS)('RateLimitInterceptor on %s', (platform: Platform) => {
     expect((await get('/limited/stacked', 'globex').expect(200)).body.remaining).toEqual([0, 2]);
   });
 
-  it('writes headers on a class-limited route and none on a skipped handler of the same class', async () => {
+  it('leaves per-IP routes to the guard, headers included, and writes none on a skipped handler', async () => {
     await start('class');
     expect((await get('/limited/class').expect(200)).headers['x-ratelimit-remaining']).toBe('4');
     expect((await get('/limited/skipped').expect(200)).headers['x-ratelimit-limit']).toBeUndefined();
+    expect(counter.calls).toBe(0);
   });
 
-  it('is registered globally when module defaults limit undecorated routes', async () => {
+  it('runs once per request on a handler with two user policies, and writes the headers', async () => {
+    await start('user');
+    const first = await get('/limited/by-user').set('x-user', 'ann').expect(200);
+    expect(first.headers['x-ratelimit-limit']).toBe('2');
+    expect(first.headers['x-ratelimit-remaining']).toBe('1');
+    await get('/limited/by-user').set('x-user', 'ann').expect(200);
+    await get('/limited/by-user').set('x-user', 'ann').expect(429);
+    expect(counter.calls).toBe(3);
+  });
+
+  it('is not registered globally for per-IP module defaults: the guard limits and writes the headers', async () => {
+    await start('ip-defaults', { defaults: { capacity: 2, refillPerSecond: 0.001 } });
+    expect((await get('/open').expect(200)).headers['x-ratelimit-remaining']).toBe('1');
+    await get('/open').expect(200);
+    await get('/open').expect(429);
+    expect(counter.calls).toBe(0);
+  });
+
+  it('is registered globally when module defaults have a policy decided after the guards', async () => {
     await start('defaults', { defaults: { capacity: 2, refillPerSecond: 0.001, keyBy: 'user' } });
     const first = await get('/open').expect(200);
     expect(first.headers['x-ratelimit-limit']).toBe('2');

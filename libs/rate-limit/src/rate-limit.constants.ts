@@ -2,6 +2,8 @@
 export const RATE_LIMIT_POLICIES = 'RATE_LIMIT:POLICIES';
 /** Metadata key set by `@SkipRateLimit()`. */
 export const RATE_LIMIT_SKIP = 'RATE_LIMIT:SKIP';
+/** Static property naming what a class of this library is (`'guard'` or `'interceptor'`), also on subclasses. */
+export const RATE_LIMIT_ENHANCER = Symbol('RATE_LIMIT:ENHANCER');
 /** Property of the request object where the guard leaves its verdict (`RateLimitState`) for code that runs after it. */
 export const RATE_LIMIT_VERDICT = Symbol('RATE_LIMIT:VERDICT');
 

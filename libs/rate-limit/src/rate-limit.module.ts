@@ -4,6 +4,7 @@ import { BucketService } from './bucket/bucket.service.js';
 import { RateLimitGuard } from './guards/rate-limit.guard.js';
 import { RateLimitHeadersWriter } from './headers/rate-limit-headers.writer.js';
 import { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
+import { phaseOf } from './policies/policy.js';
 import { PolicyRegistry } from './policies/policy-registry.js';
 import {
   ConfigurableRateLimitModule,
@@ -24,6 +25,12 @@ function createStore(options: ResolvedRateLimitOptions): BucketStore {
   return new RedisBucketStore(client, owned);
 }
 
+/** Module `defaults` with a policy decided after the app's guards need the interceptor on every route. */
+function defaultsNeedInterceptor(options: ResolvedRateLimitOptions): boolean {
+  const context = { apiKeyVerified: options.apiKey !== undefined };
+  return options.defaults.some((policy) => phaseOf(policy, context) === 'after-guards');
+}
+
 function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRateLimitOptions {
   if (options === undefined) {
     throw new Error(
@@ -36,8 +43,9 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
 
 /**
  * Distributed token-bucket rate limiting. `forRoot()` / `forRootAsync()` provide `BucketService`, register
- * `RateLimitGuard` for the whole application (unless `guard: false`), and — only when `defaults` limit
- * undecorated routes — `RateLimitInterceptor` too; `@RateLimit()` applies the interceptor where it is used.
+ * `RateLimitGuard` for the whole application (unless `guard: false`), and — only when `defaults` have a
+ * policy decided after the app's guards — `RateLimitInterceptor` too; `@RateLimit()` applies the
+ * interceptor where its policies may need it.
  */
 @Module({
   imports: [DiscoveryModule],
@@ -62,7 +70,7 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
     {
       provide: APP_INTERCEPTOR,
       useFactory: (options: ResolvedRateLimitOptions, moduleRef: ModuleRef) =>
-        options.defaults.length > 0 ? new RateLimitInterceptor(moduleRef) : null,
+        defaultsNeedInterceptor(options) ? new RateLimitInterceptor(moduleRef) : null,
       inject: [RATE_LIMIT_OPTIONS, ModuleRef],
     },
   ],

@@ -1,14 +1,17 @@
-import { INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
+import { EXCEPTION_FILTERS_METADATA, INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
+import { RateLimitModuleCheck } from '../filters/rate-limit-module.check.js';
 import { RateLimitInterceptor } from '../interceptors/rate-limit.interceptor.js';
+import { mayDecideAfterGuards } from '../policies/policy.js';
 import { RATE_LIMIT_POLICIES } from '../rate-limit.constants.js';
 import type { KeyBy, RateLimitPolicy } from '../rate-limit.interfaces.js';
 
 /**
  * Limits a controller or a handler with a token bucket: `capacity` tokens at most (the burst), refilled
  * at `refillPerSecond`. Stack several to enforce several policies at once; all must allow. Policies on
- * a handler replace those on its controller. Policies are validated at start-up. Also applies
- * `RateLimitInterceptor` to what it decorates (once), which decides the policies that need the app's
- * guards and writes the headers.
+ * a handler replace those on its controller. Policies are validated at start-up. A policy that may be
+ * decided after the app's guards (any keyBy but `'ip'`, or `phase: 'after-guards'`) also applies
+ * `RateLimitInterceptor` to what it decorates, once; every `@RateLimit` also registers
+ * `RateLimitModuleCheck`, which fails the start of an app that lacks `RateLimitModule`.
  */
 export function RateLimit(capacity: number, refillPerSecond: number, keyBy?: KeyBy): ClassDecorator & MethodDecorator;
 export function RateLimit(policy: RateLimitPolicy): ClassDecorator & MethodDecorator;
@@ -26,9 +29,15 @@ export function RateLimit(
     const own: RateLimitPolicy[] = Reflect.getOwnMetadata(RATE_LIMIT_POLICIES, holder) ?? [];
     // Decorators apply bottom-up: prepend, so the stored order is the order written.
     Reflect.defineMetadata(RATE_LIMIT_POLICIES, [policy, ...own], holder);
-    const interceptors: unknown[] = Reflect.getMetadata(INTERCEPTORS_METADATA, holder) ?? [];
-    if (!interceptors.includes(RateLimitInterceptor)) {
-      Reflect.defineMetadata(INTERCEPTORS_METADATA, [...interceptors, RateLimitInterceptor], holder);
-    }
+    appendOnce(EXCEPTION_FILTERS_METADATA, RateLimitModuleCheck, holder);
+    // Only where a policy may wait for the app's guards: Nest's interceptor pipeline costs every request
+    // it runs on, and per-IP policies are decided (and their headers written) by the guard alone.
+    if (mayDecideAfterGuards(policy)) appendOnce(INTERCEPTORS_METADATA, RateLimitInterceptor, holder);
   };
+}
+
+/** Adds an enhancer to the list Nest reads from `target` (as `@UseInterceptors()` would), unless it is there. */
+function appendOnce(key: string, enhancer: Function, target: object): void {
+  const list: unknown[] = Reflect.getMetadata(key, target) ?? [];
+  if (!list.includes(enhancer)) Reflect.defineMetadata(key, [...list, enhancer], target);
 }

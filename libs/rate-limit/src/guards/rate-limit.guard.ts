@@ -1,6 +1,7 @@
 import { type CanActivate, type ExecutionContext, Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { Verdict } from '../bucket/bucket.service.js';
+import { RATE_LIMIT_ENHANCER } from '../rate-limit.constants.js';
 import { type RequestHooks, RouteLimiter } from '../routes/route-limiter.js';
 import { findRouteLimiter } from '../routes/find-route-limiter.js';
 
@@ -15,6 +16,7 @@ import { findRouteLimiter } from '../routes/find-route-limiter.js';
  */
 @Injectable()
 export class RateLimitGuard implements CanActivate, OnModuleInit {
+  static readonly [RATE_LIMIT_ENHANCER] = 'guard';
   private limiter: RouteLimiter | undefined;
   private readonly hooks: RequestHooks = {
     getIp: (request) => this.getIp(request),

@@ -5,49 +5,34 @@ import {
   type NestInterceptor,
   type OnModuleInit,
 } from '@nestjs/common';
-import { ModuleRef, ModulesContainer } from '@nestjs/core';
+import { ModuleRef } from '@nestjs/core';
 import type { Observable } from 'rxjs';
-import { RATE_LIMIT_POLICIES } from '../rate-limit.constants.js';
-import { findRouteLimiter } from '../routes/find-route-limiter.js';
+import { RATE_LIMIT_ENHANCER } from '../rate-limit.constants.js';
+import { decoratedControllers, findRouteLimiter } from '../routes/find-route-limiter.js';
 import type { RouteLimiter } from '../routes/route-limiter.js';
 
 /**
- * Runs after the app's guards on every limited route: decides the policies that need what those guards
- * establish (`phase: 'after-guards'`: the user, a verified API key, keyBy functions), gives back the
- * guard's take if one of them refuses, and writes the headers of allowed responses.
+ * Runs after the app's guards: decides the policies that need what those guards establish
+ * (`phase: 'after-guards'`: the user, a verified API key, keyBy functions), gives back the guard's take
+ * if one of them refuses, and writes the headers of allowed responses.
  *
- * `@RateLimit()` applies it to what it decorates, and `RateLimitModule` registers it globally only when
- * module `defaults` limit routes without a decorator: unlimited routes never pay for it.
+ * `@RateLimit()` applies it where a policy may need it (any keyBy but `'ip'`), and `RateLimitModule`
+ * registers it globally only when module `defaults` need it: unlimited and IP-only routes never pay for it.
  */
 @Injectable()
 export class RateLimitInterceptor implements NestInterceptor, OnModuleInit {
+  static readonly [RATE_LIMIT_ENHANCER] = 'interceptor';
   private limiter: RouteLimiter | undefined;
 
   constructor(private readonly moduleRef: ModuleRef) {}
 
   onModuleInit(): void {
-    this.limiter = findRouteLimiter(this.moduleRef, '@RateLimit', () => this.decoratedControllers());
+    this.limiter = findRouteLimiter(this.moduleRef, '@RateLimit', () => `used on ${decoratedControllers(this.moduleRef)}`);
   }
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>> {
-    this.limiter ??= findRouteLimiter(this.moduleRef, '@RateLimit');
+    this.limiter ??= findRouteLimiter(this.moduleRef, 'RateLimitInterceptor');
     const decided = this.limiter.afterGuards(context);
     return decided === undefined ? next.handle() : decided.then(() => next.handle());
-  }
-
-  /** Names the controllers that use `@RateLimit`, for the error of an app that lacks the module. */
-  private decoratedControllers(): string {
-    const names = new Set<string>();
-    for (const module of this.moduleRef.get(ModulesContainer, { strict: false }).values()) {
-      for (const wrapper of module.controllers.values()) {
-        const controller = wrapper.metatype as Function | null;
-        if (typeof controller !== 'function') continue;
-        const methods = Object.getOwnPropertyNames(controller.prototype).map((name) => controller.prototype[name]);
-        if ([controller, ...methods].some((target) => typeof target === 'function' && Reflect.hasMetadata(RATE_LIMIT_POLICIES, target))) {
-          names.add(controller.name);
-        }
-      }
-    }
-    return `used on ${[...names].join(', ') || 'a controller'}`;
   }
 }

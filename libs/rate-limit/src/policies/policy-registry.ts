@@ -57,6 +57,13 @@ export class PolicyRegistry implements OnModuleInit {
     }
   }
 
+  /** Every route start-up found, with its plan (`null`: not limited). */
+  *routes(): Iterable<{ controller: Function; handler: Function; plan: RoutePlan | null }> {
+    for (const [controller, byHandler] of this.plans) {
+      for (const [handler, plan] of byHandler) yield { controller, handler, plan };
+    }
+  }
+
   /** The plan for a handler of a controller (`null`: not limited); computed on first use for routes start-up did not see. */
   planFor(controller: Function, handler: Function): RoutePlan | null {
     let byHandler = this.plans.get(controller);

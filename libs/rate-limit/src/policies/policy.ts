@@ -33,6 +33,19 @@ function defaultPhase(keyBy: KeyBy, context: PolicyContext): PolicyPhase {
   return 'after-guards';
 }
 
+/** The phase a policy is decided in (its own `phase`, else the default for its keyBy). */
+export function phaseOf(policy: RateLimitPolicy, context: PolicyContext): PolicyPhase {
+  return policy.phase ?? defaultPhase(policy.keyBy ?? 'ip', context);
+}
+
+/**
+ * Whether a policy may be decided after the app's guards, whatever the module options: what
+ * `@RateLimit` needs to know to apply `RateLimitInterceptor` only where it has work.
+ */
+export function mayDecideAfterGuards(policy: RateLimitPolicy): boolean {
+  return policy.phase === undefined ? (policy.keyBy ?? 'ip') !== 'ip' : policy.phase === 'after-guards';
+}
+
 function describe(value: unknown): string {
   return typeof value === 'string' ? JSON.stringify(value) : String(value);
 }
@@ -98,6 +111,6 @@ export function compilePolicy(
     keyBy,
     scope,
     keySuffix: `}:${scope}`,
-    phase: policy.phase ?? defaultPhase(keyBy, context),
+    phase: phaseOf(policy, context),
   };
 }

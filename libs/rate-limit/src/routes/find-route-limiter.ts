@@ -1,4 +1,5 @@
-import type { ModuleRef } from '@nestjs/core';
+import { type ModuleRef, ModulesContainer } from '@nestjs/core';
+import { RATE_LIMIT_POLICIES } from '../rate-limit.constants.js';
 import { RouteLimiter } from './route-limiter.js';
 
 /**
@@ -14,4 +15,20 @@ export function findRouteLimiter(moduleRef: ModuleRef, who: string, where?: () =
         'add RateLimitModule.forRoot({ ... }) or RateLimitModule.forRootAsync({ ... }) to the imports of your root module',
     );
   }
+}
+
+/** The controllers of the app that use `@RateLimit`, by name, for the error of an app that lacks the module. */
+export function decoratedControllers(moduleRef: ModuleRef): string {
+  const names = new Set<string>();
+  for (const module of moduleRef.get(ModulesContainer, { strict: false }).values()) {
+    for (const wrapper of module.controllers.values()) {
+      const controller = wrapper.metatype as Function | null;
+      if (typeof controller !== 'function') continue;
+      const methods = Object.getOwnPropertyNames(controller.prototype).map((name) => controller.prototype[name]);
+      if ([controller, ...methods].some((target) => typeof target === 'function' && Reflect.hasMetadata(RATE_LIMIT_POLICIES, target))) {
+        names.add(controller.name);
+      }
+    }
+  }
+  return [...names].join(', ') || 'a controller';
 }

@@ -3,17 +3,19 @@ import {
   Inject,
   Injectable,
   Logger,
+  type OnApplicationBootstrap,
   type OnModuleInit,
   ServiceUnavailableException,
 } from '@nestjs/common';
-import { ModulesContainer } from '@nestjs/core';
+import { GUARDS_METADATA, INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
+import { ApplicationConfig, ModulesContainer } from '@nestjs/core';
 import { BucketService, type Verdict, type VerdictSource } from '../bucket/bucket.service.js';
 import { type BucketRequest, toDecision } from '../bucket/token-bucket.js';
 import { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js';
 import { apiKeyIdentity, createDigest, type Digest, identity, ipIdentity, routeKey } from '../keys/identity.js';
 import type { CompiledPolicy } from '../policies/policy.js';
 import { PolicyRegistry, type RoutePlan } from '../policies/policy-registry.js';
-import { RATE_LIMIT_VERDICT } from '../rate-limit.constants.js';
+import { RATE_LIMIT_ENHANCER, RATE_LIMIT_VERDICT } from '../rate-limit.constants.js';
 import { RateLimitException } from '../rate-limit.exception.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
@@ -60,15 +62,18 @@ const SOURCE_RANK: Record<VerdictSource, number> = { store: 0, cache: 1, local: 
  * 1. **Before the app's guards** (`RateLimitGuard`, registered first, globally): policies whose identity is
  *    on the raw request — the IP, an unverified API key header. They count requests the app's guards
  *    then refuse, so a login limit holds against attempts that fail authentication.
- * 2. **After the app's guards** (`RateLimitInterceptor`, on every limited route): policies whose identity
- *    the app establishes — `req.user`, a key verified by `keys.apiKey`, keyBy functions. If one refuses,
- *    what phase 1 took is given back, so a request is still all-or-nothing. The interceptor also writes
- *    the headers of allowed responses.
+ * 2. **After the app's guards** (`RateLimitInterceptor`, which `@RateLimit` applies where a policy may
+ *    need it): policies whose identity the app establishes — `req.user`, a key verified by
+ *    `keys.apiKey`, keyBy functions. If one refuses, what phase 1 took is given back, so a request is
+ *    still all-or-nothing.
+ *
+ * Headers of an allowed response are written once the route's verdict is final: by the guard when no
+ * policy is left for phase 2, else by the interceptor.
  *
  * Each phase is one store call (one atomic script per identity group on a Cluster).
  */
 @Injectable()
-export class RouteLimiter implements OnModuleInit {
+export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   private readonly logger = new ThrottledLogger('RateLimit');
   /** Mistakes of set-up are logged once per route (and policy), each: they do not repeat per request. */
   private readonly setupLogger = new Logger('RateLimit');
@@ -83,6 +88,7 @@ export class RouteLimiter implements OnModuleInit {
     private readonly headers: RateLimitHeadersWriter,
     @Inject(RATE_LIMIT_OPTIONS) readonly options: ResolvedRateLimitOptions,
     private readonly modules: ModulesContainer,
+    private readonly config: ApplicationConfig,
   ) {
     this.hash = createDigest(options.secret);
     const apiKeyHeader = options.apiKeyHeader;
@@ -103,6 +109,11 @@ export class RouteLimiter implements OnModuleInit {
 
   onModuleInit(): void {
     this.assertImportedOnce();
+  }
+
+  /** Global guards and interceptors are all known by now, `useGlobalGuards()` ones included. */
+  onApplicationBootstrap(): void {
+    if (!this.options.guard) this.assertEveryLimitedRouteRuns();
   }
 
   /** Phase 1, in `RateLimitGuard`. `owner` is the guard instance: a second guard on the same request decides nothing. */
@@ -131,13 +142,11 @@ export class RouteLimiter implements OnModuleInit {
     const http = context.switchToHttp();
     const request = http.getRequest();
     const response = http.getResponse();
-    let state: RequestState | undefined = request[RATE_LIMIT_VERDICT];
-    if (state?.settled) return undefined;
+    const state: RequestState | undefined = request[RATE_LIMIT_VERDICT];
     if (state === undefined) return this.withoutGuard(context, plan, request, response);
+    if (state.settled) return undefined;
     state.settled = true;
-    if (plan.afterGuards.length > 0) return this.decideAfter(context, state, request, response);
-    if (state.verdict !== undefined) this.headers.write(response, state.policies, state.verdict);
-    return undefined;
+    return this.decideAfter(context, state, request, response);
   }
 
   /** No `RateLimitGuard` ran (`guard: false` and none placed on this route): both phases here, and say so once. */
@@ -151,10 +160,10 @@ export class RouteLimiter implements OnModuleInit {
     }
     const state = newState(plan, this.defaultHooks, undefined);
     request[RATE_LIMIT_VERDICT] = state;
-    state.settled = true;
     if (plan.beforeGuards.length > 0) await this.decideBefore(context, state, request, response);
-    if (plan.afterGuards.length > 0) return this.decideAfter(context, state, request, response);
-    if (state.verdict !== undefined) this.headers.write(response, state.policies, state.verdict);
+    if (state.settled) return;
+    state.settled = true;
+    return this.decideAfter(context, state, request, response);
   }
 
   private async decideBefore(context: ExecutionContext, state: RequestState, request: any, response: unknown): Promise<void> {
@@ -165,10 +174,16 @@ export class RouteLimiter implements OnModuleInit {
     state.policies = plan.beforeGuards;
     state.verdict = verdict;
     if (!verdict.allowed) this.refuse(context, response, state, verdict);
+    if (plan.afterGuards.length === 0) {
+      // Nothing is left for after the app's guards: the route's verdict is final, and its headers go now.
+      state.settled = true;
+      this.headers.write(response, state.policies, verdict);
+    }
   }
 
   private async decideAfter(context: ExecutionContext, state: RequestState, request: any, response: unknown): Promise<void> {
     const { plan, take } = state;
+    if (plan.afterGuards.length === 0) return;
     const requests = await this.bucketRequests(context, request, plan, plan.afterGuards, state.hooks);
     const after = await this.buckets.decide(requests);
     let before = take?.verdict;
@@ -293,6 +308,30 @@ export class RouteLimiter implements OnModuleInit {
   }
 
   /**
+   * With `guard: false`, a limited route on which neither `RateLimitGuard` nor `RateLimitInterceptor`
+   * runs would not be limited at all: refuse to start, naming the routes.
+   */
+  private assertEveryLimitedRouteRuns(): void {
+    const global = [...this.config.getGlobalGuards(), ...this.config.getGlobalInterceptors()];
+    if (global.some(isOurs)) return;
+    const unlimited: string[] = [];
+    for (const { controller, handler, plan } of this.registry.routes()) {
+      if (plan === null) continue;
+      const enhancers = [GUARDS_METADATA, INTERCEPTORS_METADATA].flatMap((key) => [
+        ...(Reflect.getMetadata(key, controller) ?? []),
+        ...(Reflect.getMetadata(key, handler) ?? []),
+      ]);
+      if (!enhancers.some(isOurs)) unlimited.push(plan.route);
+    }
+    if (unlimited.length === 0) return;
+    throw new Error(
+      `RateLimitModule.forRoot({ guard: false }), but no RateLimitGuard runs on ${unlimited.join(', ')}: ` +
+        'their @RateLimit policies would not be enforced. Register RateLimitGuard (APP_GUARD, ' +
+        'app.useGlobalGuards() or @UseGuards()) or remove guard: false',
+    );
+  }
+
+  /**
    * Each `forRoot()` brings its own guard, store and connection: a second one would count every request
    * twice, against settings nobody can tell apart.
    */
@@ -315,6 +354,12 @@ export class RouteLimiter implements OnModuleInit {
     this.said.add(key);
     this.setupLogger.warn(message);
   }
+}
+
+/** A guard or interceptor of this library (a class or an instance, subclasses included). */
+function isOurs(enhancer: unknown): boolean {
+  const type = typeof enhancer === 'function' ? enhancer : (enhancer as object | null)?.constructor;
+  return typeof type === 'function' && RATE_LIMIT_ENHANCER in type;
 }
 
 function newState(plan: RoutePlan, hooks: RequestHooks, owner: object | undefined): RequestState {
