@@ -126,6 +126,16 @@ async function withLock<T>(lock: string, work: () => Promise<T>): Promise<T> {
   }
 }
 
+/** Every change to the library packs anew: tarballs no run has packed for a day are dropped. */
+async function pruneTarballs(keep: string): Promise<void> {
+  for (const entry of await readdir(CACHE)) {
+    const dir = join(CACHE, entry);
+    if (!entry.startsWith('tarball-') || dir === keep) continue;
+    const age = await stat(dir).then((s) => Date.now() - s.mtimeMs, () => 0);
+    if (age > 24 * 3600_000) await rm(dir, { recursive: true, force: true });
+  }
+}
+
 let tarballPromise: Promise<string> | undefined;
 
 /**
@@ -159,6 +169,7 @@ export function packTarball(): Promise<string> {
         if (packed.length !== 1) throw new Error(`npm pack wrote ${packed.join(', ') || 'nothing'} to ${staging}`);
         await mkdir(dir, { recursive: true });
         await rename(join(staging, packed[0]!), tarball);
+        await pruneTarballs(dir);
         return tarball;
       } finally {
         await rm(staging, { recursive: true, force: true });
