@@ -150,7 +150,7 @@ export const machineProbes = (): RedisProbes => ({
     try {
       testcontainers = await import('testcontainers');
     } catch (error) {
-      // testcontainers 12 needs Node >= 22.22: its undici fails to load on older versions.
+      // A testcontainers that does not load on this Node (version 12 needs Node 22.22+) is no runtime.
       return {
         answers: false,
         reason: `testcontainers cannot be loaded on Node ${process.versions.node}: ${(error as Error).message}`,
