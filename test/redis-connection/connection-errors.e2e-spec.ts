@@ -1,27 +1,10 @@
 import { createServer, type Server } from 'node:net';
-import type { LoggerService } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import { BucketService, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { sleep } from '../support/load.js';
+import { LogRecorder } from '../support/log-recorder.js';
 import { freePort, RedisServer } from '../support/redis.js';
-
-/** Every line logged, with its level and context. */
-class LogRecorder implements LoggerService {
-  readonly lines: { level: string; message: string; context?: string }[] = [];
-  log(message: unknown, context?: string) {
-    this.lines.push({ level: 'log', message: String(message), context });
-  }
-  warn(message: unknown, context?: string) {
-    this.lines.push({ level: 'warn', message: String(message), context });
-  }
-  error(message: unknown, context?: string) {
-    this.lines.push({ level: 'error', message: String(message), context });
-  }
-  warnings(): string[] {
-    return this.lines.filter((l) => l.level === 'warn' && l.context === 'RateLimit').map((l) => l.message);
-  }
-}
 
 const PASSWORD = 'S3cret-server-pass';
 const WRONG = 'Wr0ng-client-pass';
@@ -54,11 +37,7 @@ describe('what the module logs when it cannot use Redis', () => {
   describe('a server that asks for a password', () => {
     let server: RedisServer;
     beforeAll(async () => {
-      // Started without a password so that RedisServer can see it answer, then given one.
-      server = await RedisServer.start();
-      const admin = new Redis(server.url);
-      await admin.config('SET', 'requirepass', PASSWORD);
-      admin.disconnect();
+      server = await RedisServer.startWithPassword(PASSWORD);
     });
     afterAll(async () => {
       await server?.stop();
@@ -66,7 +45,7 @@ describe('what the module logs when it cannot use Redis', () => {
 
     it('logs a wrong password (WRONGPASS) as an authentication failure at host:port, without the password', async () => {
       await start(`redis://:${WRONG}@127.0.0.1:${server.port}`);
-      const warnings = recorder.warnings();
+      const warnings = recorder.of('RateLimit', 'warn');
       expect(warnings).toHaveLength(1);
       expect(warnings[0]).toContain(`Redis at 127.0.0.1:${server.port}`);
       expect(warnings[0]).toContain('authentication failed: wrong username or password');
@@ -77,7 +56,7 @@ describe('what the module logs when it cannot use Redis', () => {
 
     it('logs a missing password (NOAUTH) as an authentication failure', async () => {
       await start({ host: '127.0.0.1', port: server.port });
-      const warnings = recorder.warnings();
+      const warnings = recorder.of('RateLimit', 'warn');
       expect(warnings).toHaveLength(1);
       expect(warnings[0]).toContain(`Redis at 127.0.0.1:${server.port}`);
       expect(warnings[0]).toContain('authentication required: the server asks for a password and none was given (NOAUTH');
@@ -87,7 +66,7 @@ describe('what the module logs when it cannot use Redis', () => {
       const buckets = (await start({ host: '127.0.0.1', port: server.port, username: 'default', password: WRONG })).get(BucketService);
       const decision = await buckets.consume('connection-errors', { capacity: 2, refillPerSecond: 1 });
       expect(decision.allowed).toBe(true); // failureMode 'open'
-      const failed = recorder.warnings().filter((w) => w.startsWith('Rate-limit store failed'));
+      const failed = recorder.of('RateLimit', 'warn').filter((w) => w.startsWith('Rate-limit store failed'));
       expect(failed).toHaveLength(1);
       expect(failed[0]).toContain(`Redis at 127.0.0.1:${server.port} is not connected: authentication failed`);
       expect(JSON.stringify(recorder.lines)).not.toContain(WRONG);
@@ -95,7 +74,7 @@ describe('what the module logs when it cannot use Redis', () => {
 
     it('starts deciding once the password is right, without a restart of the app', async () => {
       const buckets = (await start({ host: '127.0.0.1', port: server.port, password: PASSWORD })).get(BucketService);
-      expect(recorder.warnings()).toEqual([]);
+      expect(recorder.of('RateLimit', 'warn')).toEqual([]);
       expect((await buckets.consume('connection-errors-ok', { capacity: 2, refillPerSecond: 1 })).remaining).toBe(1);
     });
   });
@@ -105,7 +84,7 @@ describe('what the module logs when it cannot use Redis', () => {
     const buckets = (await start(`redis://127.0.0.1:${port}`)).get(BucketService);
     await sleep(300); // ioredis has retried several times by now (50, 100, 200, 400 ms): more 'error' events
     for (let i = 0; i < 20; i++) await buckets.consume('refused', { capacity: 2, refillPerSecond: 1 });
-    const warnings = recorder.warnings();
+    const warnings = recorder.of('RateLimit', 'warn');
     const connection = warnings.filter((w) => w.startsWith('Cannot connect'));
     expect(connection).toEqual([
       `Cannot connect to Redis at 127.0.0.1:${port}: connection refused (connect ECONNREFUSED 127.0.0.1:${port}); ` +
@@ -119,7 +98,7 @@ describe('what the module logs when it cannot use Redis', () => {
     paused.signal('SIGSTOP');
     try {
       await start(paused.url);
-      expect(recorder.warnings()).toEqual([
+      expect(recorder.of('RateLimit', 'warn')).toEqual([
         `Redis at 127.0.0.1:${paused.port} is not reachable yet; decisions follow failureMode until it answers`,
       ]);
       await moduleRef?.close();
@@ -132,7 +111,7 @@ describe('what the module logs when it cannot use Redis', () => {
 
   it('logs a host that does not resolve as "host not found"', async () => {
     await start('redis://no-such-host.invalid:6390');
-    const warnings = recorder.warnings();
+    const warnings = recorder.of('RateLimit', 'warn');
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toMatch(
       /^Cannot connect to Redis at no-such-host\.invalid:6390: host not found \(getaddrinfo (ENOTFOUND|EAI_AGAIN) no-such-host\.invalid\)/,
@@ -155,7 +134,7 @@ describe('what the module logs when it cannot use Redis', () => {
 
     it('logs a rediss:// URL against a server without TLS as a TLS failure', async () => {
       await start(`rediss://127.0.0.1:${port}`);
-      const warnings = recorder.warnings();
+      const warnings = recorder.of('RateLimit', 'warn');
       expect(warnings).toHaveLength(1);
       expect(warnings[0]).toContain(`Cannot connect to Redis at 127.0.0.1:${port} (TLS): TLS handshake failed: wrong version number`);
       expect(warnings[0]).toContain('does the server speak TLS on this port?');

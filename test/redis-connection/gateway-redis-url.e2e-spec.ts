@@ -1,5 +1,4 @@
 import { Logger } from '@nestjs/common';
-import { Redis } from 'ioredis';
 import { gatewayRateLimitOptions } from '../../apps/gateway/src/redis-probe.js';
 import { freePort, RedisServer } from '../support/redis.js';
 
@@ -11,10 +10,7 @@ describe('the demo gateway and REDIS_URL', () => {
   let lines: string[];
 
   beforeAll(async () => {
-    server = await RedisServer.start();
-    const admin = new Redis(server.url);
-    await admin.config('SET', 'requirepass', PASSWORD);
-    admin.disconnect();
+    server = await RedisServer.startWithPassword(PASSWORD);
   });
   afterAll(async () => {
     await server?.stop();

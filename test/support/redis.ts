@@ -46,6 +46,15 @@ export class RedisServer {
     return server;
   }
 
+  /** A server that asks for `password` (started without one, so that the start can see it answer). */
+  static async startWithPassword(password: string): Promise<RedisServer> {
+    const server = await RedisServer.start();
+    const admin = new Redis(server.url);
+    await admin.config('SET', 'requirepass', password);
+    admin.disconnect();
+    return server;
+  }
+
   get url(): string {
     return `redis://127.0.0.1:${this.port}`;
   }
