@@ -1,4 +1,5 @@
 import { createHash, createHmac } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import { type INestApplication, Module } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import request from 'supertest';
@@ -82,6 +83,22 @@ describe.each(PLATFORMS)('API keys on %s', (platform: Platform) => {
       expect(keys).toContain(`${prefix}verified:{key:${hmac('acct-2')}}:ApiKeysController.onlyKey`);
       expect(keys.join('\n')).not.toContain(sha('acct-1'));
       expect(keys.join('\n')).not.toContain('sk_live');
+    });
+  });
+
+  describe('looked up by a hook that never answers', () => {
+    let app: INestApplication;
+    beforeAll(async () => {
+      app = await start('hung', { timeoutMs: 100, keys: { apiKey: () => new Promise<string>(() => undefined) } });
+    });
+
+    it('answers within timeoutMs + 400 ms from the IP bucket instead of hanging the request', async () => {
+      const started = performance.now();
+      expect((await get(app, '/keys/only-key', 'sk_live_alpha').expect(200)).headers['x-ratelimit-remaining']).toBe('1');
+      expect(performance.now() - started).toBeLessThan(500);
+      await get(app, '/keys/only-key', 'sk_live_beta').expect(200);
+      await get(app, '/keys/only-key', 'sk_live_alpha').expect(429);
+      expect(await keysUnder(client, `${prefix}hung:`)).toEqual([`${prefix}hung:{ip:127.0.0.1}:ApiKeysController.onlyKey`]);
     });
   });
 

@@ -142,10 +142,10 @@ describe.each(PLATFORMS)('hostile and odd input on %s', (platform) => {
     expect(keys).toContain(`${prefix}{user~${sha('{admin}:é')}}:HostileController.user`);
   });
 
-  it('answers a keyBy function that throws, rejects or returns a non-string from the IP bucket, never with a 500', async () => {
-    const kinds = ['throw', 'reject', 'number', 'object', 'array', 'null', 'undefined', 'empty', 'boolean'];
+  it('answers a keyBy function that throws, rejects, hangs or returns a non-string from the IP bucket, never with a 500', async () => {
+    const kinds = ['throw', 'reject', 'number', 'object', 'array', 'null', 'undefined', 'empty', 'boolean', 'hang'];
     const seen = await statuses(app, kinds.map((kind) => [`/hostile/misbehaving?kind=${kind}`] as [string]));
-    // One bucket for all nine: two allowed, then denied.
+    // One bucket for all ten (the one that never answers after timeoutMs): two allowed, then denied.
     expect(seen).toEqual([[200, '1'], [200, '0'], ...kinds.slice(2).map(() => [429, '0'])]);
     expect((await keysUnder(client, prefix)).filter((k) => k.endsWith(':HostileController.misbehaving'))).toEqual([
       `${prefix}{${IP}}:HostileController.misbehaving`,

@@ -12,7 +12,7 @@ export function fromQuery(context: ExecutionContext): string {
   return query(context).id as string;
 }
 
-/** A keyBy function that misbehaves as `?kind=` asks: throws, rejects, or returns something not a string. */
+/** A keyBy function that misbehaves as `?kind=` asks: throws, rejects, never answers, or returns something not a string. */
 export function misbehaving(context: ExecutionContext): string | Promise<string> {
   const kind = query(context).kind;
   const returned: Record<string, unknown> = {
@@ -26,6 +26,7 @@ export function misbehaving(context: ExecutionContext): string | Promise<string>
   };
   if (kind === 'throw') throw new Error('keyBy exploded');
   if (kind === 'reject') return Promise.reject(new Error('keyBy rejected'));
+  if (kind === 'hang') return new Promise<string>(() => undefined);
   return returned[String(kind)] as string;
 }
 

@@ -10,6 +10,7 @@ import {
 import { GUARDS_METADATA, INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
 import { ApplicationConfig, ModulesContainer } from '@nestjs/core';
 import { BucketService, type Verdict, type VerdictSource } from '../bucket/bucket.service.js';
+import { Deadlines, RateLimitTimeoutError } from '../bucket/with-timeout.js';
 import { type BucketRequest, toDecision } from '../bucket/token-bucket.js';
 import { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js';
 import { apiKeyIdentity, createDigest, type Digest, identity, ipIdentity, routeKey } from '../keys/identity.js';
@@ -81,6 +82,8 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   private readonly hash: Digest;
   /** Identities as the module options define them; `RateLimitGuard` subclasses override them. */
   readonly defaultHooks: RequestHooks;
+  /** An asynchronous hook (`keys.apiKey`, a keyBy function) gets `timeoutMs`, like the store. */
+  private readonly hookDeadlines: Deadlines;
 
   constructor(
     private readonly registry: PolicyRegistry,
@@ -91,6 +94,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     private readonly config: ApplicationConfig,
   ) {
     this.hash = createDigest(options.secret);
+    this.hookDeadlines = new Deadlines(options.timeoutMs);
     const apiKeyHeader = options.apiKeyHeader;
     this.defaultHooks = {
       getIp: (request) => request.ip ?? request.socket?.remoteAddress,
@@ -274,9 +278,9 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   private async apiKeyIdentity(request: any, hooks: RequestHooks): Promise<string> {
     let key: unknown;
     try {
-      key = await hooks.getApiKey(request);
+      key = await this.bounded(hooks.getApiKey(request));
     } catch (error) {
-      this.logger.warn(`keys.apiKey threw (${describeError(error)}); using the IP bucket`);
+      this.logger.warn(`keys.apiKey ${failure(error)}; using the IP bucket`);
     }
     return typeof key === 'string' && key !== '' ? apiKeyIdentity(key, this.hash) : ipIdentity(hooks.getIp(request));
   }
@@ -289,13 +293,19 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   ): Promise<string> {
     const name = keyBy.name || '(anonymous)';
     try {
-      const value: unknown = await keyBy(context);
+      const value: unknown = await this.bounded(keyBy(context));
       if (typeof value === 'string' && value !== '') return identity('id', value, this.hash);
       this.logger.warn(`keyBy function ${name} returned ${value === '' ? 'an empty string' : typeof value}; using the IP bucket`);
     } catch (error) {
-      this.logger.warn(`keyBy function ${name} threw (${describeError(error)}); using the IP bucket`);
+      this.logger.warn(`keyBy function ${name} ${failure(error)}; using the IP bucket`);
     }
     return ipIdentity(hooks.getIp(request));
+  }
+
+  /** A hook's answer, or a `RateLimitTimeoutError` once it has taken `timeoutMs`: a hung lookup must not hang the request. */
+  private bounded<T>(answer: T | PromiseLike<T>): T | Promise<T> {
+    const thenable = typeof (answer as PromiseLike<T> | null)?.then === 'function';
+    return thenable ? this.hookDeadlines.race(Promise.resolve(answer)) : (answer as T);
   }
 
   private guardRanTwice(plan: RoutePlan, first: object | undefined, second: object): void {
@@ -380,6 +390,11 @@ export function longestWait(verdict: Verdict): number {
   let seconds = 0;
   for (const decision of verdict.decisions) if (decision.retryAfterSeconds > seconds) seconds = decision.retryAfterSeconds;
   return seconds;
+}
+
+/** What went wrong with a hook, for the log: it timed out, or it threw. */
+function failure(error: unknown): string {
+  return error instanceof RateLimitTimeoutError ? 'did not answer within timeoutMs' : `threw (${describeError(error)})`;
 }
 
 function describeError(error: unknown): string {
