@@ -187,7 +187,6 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
 
   private async decideAfter(context: ExecutionContext, state: RequestState, request: any, response: unknown): Promise<void> {
     const { plan, take } = state;
-    if (plan.afterGuards.length === 0) return;
     const requests = await this.bucketRequests(context, request, plan, plan.afterGuards, state.hooks);
     const after = await this.buckets.decide(requests);
     let before = take?.verdict;
