@@ -5,7 +5,7 @@ import { Redis } from 'ioredis';
 import request from 'supertest';
 import { RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS, type Platform } from '../support/app.js';
-import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../support/redis.js';
+import { deleteKeys, keysUnder, redisUrl, testPrefix, tokensOf } from '../support/redis.js';
 import { ApiKeysController } from './api-keys.controller.js';
 
 /** The accounts behind the keys this app issued; anything else is made up. */
@@ -115,7 +115,7 @@ describe.each(PLATFORMS)('API keys on %s', (platform: Platform) => {
 
     it('holds made-up keys rotated from one IP to the stacked per-IP budget: 5 of 30 allowed', async () => {
       expect(await statuses(app, '/keys/stacked', madeUp(30).map((key) => `${key}-stacked`))).toEqual({ 200: 5, 429: 25 });
-      const ipTokens = Number(await client.hget(`${prefix}raw:{ip:127.0.0.1}:ip-budget`, 'tokens'));
+      const ipTokens = await tokensOf(client, `${prefix}raw:{ip:127.0.0.1}:ip-budget`);
       expect(ipTokens).toBeLessThan(0.1);
     });
   });

@@ -6,7 +6,7 @@ import { BucketService, RateLimitModule } from 'nest-redis-rate-limit';
 import { apiKeyIdentity, serviceKey } from '../../libs/rate-limit/src/keys/identity.js';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { LocalCluster } from '../support/cluster.js';
-import { commandCalls, hasRedisServerBinary, testPrefix } from '../support/redis.js';
+import { commandCalls, hasRedisServerBinary, testPrefix, tokensOf } from '../support/redis.js';
 import { clusterAppModule } from './app.module.js';
 
 /**
@@ -71,7 +71,7 @@ describe.each(PLATFORMS)('a Redis Cluster of 3 masters on %s', (platform) => {
   });
 
   async function tokens(key: string): Promise<number> {
-    return Number(await client.hget(key, 'tokens'));
+    return tokensOf(client, key);
   }
 
   it('answers 30 simultaneous first requests from the store and spreads their 30 API-key buckets over all three masters', async () => {
@@ -131,7 +131,8 @@ describe.each(PLATFORMS)('a Redis Cluster of 3 masters on %s', (platform) => {
     const keyKey = `${prefix}{${apiKeyIdentity(apiKey)}}:c-key`;
     for (let i = 0; i < 3; i++) {
       const res = await request(url).get('/cluster/mixed').set('x-api-key', apiKey).expect(200);
-      expect(res.headers['x-ratelimit-limit']).toBeDefined();
+      // The API-key bucket (3) has fewer tokens left than the IP bucket (10): it is the policy described.
+      expect([res.headers['x-ratelimit-limit'], res.headers['x-ratelimit-remaining']]).toEqual(['3', String(2 - i)]);
     }
     expect(await tokens(ipKey)).toBeCloseTo(7, 1);
     for (let i = 0; i < 10; i++) {
@@ -147,7 +148,8 @@ describe.each(PLATFORMS)('a Redis Cluster of 3 masters on %s', (platform) => {
     expect(await tokens(keyKey)).toBeLessThan(0.1);
     // So the same IP with another API key is still allowed, with 6 IP tokens left.
     const other = await request(url).get('/cluster/mixed').set('x-api-key', `${apiKey}-other`).expect(200);
-    expect(other.headers['x-ratelimit-limit']).toBeDefined();
+    // Its fresh API-key bucket has 2 of 3 left, the IP bucket 6 of 10: the API-key bucket is described.
+    expect([other.headers['x-ratelimit-limit'], other.headers['x-ratelimit-remaining']]).toEqual(['3', '2']);
     expect(await tokens(ipKey)).toBeCloseTo(6, 1);
   });
 

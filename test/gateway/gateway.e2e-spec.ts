@@ -4,7 +4,7 @@ import { Redis } from 'ioredis';
 import request from 'supertest';
 import { AppModule } from '../../apps/gateway/src/app.module.js';
 import { createApp, PLATFORMS } from '../support/app.js';
-import { deleteKeys, freePort, keysUnder, redisUrl, testPrefix } from '../support/redis.js';
+import { deleteKeys, freePort, keysUnder, redisUrl, testPrefix, tokensOf } from '../support/redis.js';
 
 const sha = (value: string) => createHash('sha256').update(value).digest('hex').slice(0, 32);
 
@@ -46,7 +46,7 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     expect(denied.headers['x-ratelimit-remaining']).toBe('0');
     const other = await http().get('/api/hello').set('x-api-key', 'demo-key-2').expect(200);
     expect(other.body).toEqual({ message: 'Hello' });
-    const otherTokens = Number(await client.hget(`${prefix}{key:${sha('demo-key-2')}}:HelloController.hello#0`, 'tokens'));
+    const otherTokens = await tokensOf(client, `${prefix}{key:${sha('demo-key-2')}}:HelloController.hello#0`);
     expect(otherTokens).toBeGreaterThanOrEqual(99);
     expect(otherTokens).toBeLessThanOrEqual(100);
     // The per-IP budget (150) has paid for both keys: now it is the most restrictive policy.

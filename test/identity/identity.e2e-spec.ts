@@ -5,7 +5,7 @@ import request from 'supertest';
 import { RateLimitModule } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { LogRecorder } from '../support/log-recorder.js';
-import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../support/redis.js';
+import { deleteKeys, keysUnder, redisUrl, testPrefix, tokensOf } from '../support/redis.js';
 import { AuthModule, USERS } from './auth.js';
 import { LoginController, OpenController, ProfileController } from './identity.controllers.js';
 
@@ -42,11 +42,7 @@ describe.each(PLATFORMS)('identities behind passport guards on %s', (platform) =
 
   const asUser = (path: string, user: string) =>
     request(app.getHttpServer()).get(path).set('authorization', `Bearer ${tokens[user]}`);
-  const tokensOf = async (key: string) => {
-    const value = await client.hget(key, 'tokens');
-    if (value === null) throw new Error(`no bucket at ${key}`);
-    return Number(value);
-  };
+  const tokensAt = (key: string) => tokensOf(client, key);
 
   it('gives alice, bob and carol a bucket each behind a controller-level AuthGuard("jwt")', async () => {
     const remaining: string[] = [];
@@ -75,7 +71,7 @@ describe.each(PLATFORMS)('identities behind passport guards on %s', (platform) =
     expect(Number(refused.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     expect(refused.headers['x-ratelimit-remaining']).toBe('0');
     expect(refused.body).toMatchObject({ statusCode: 429, retryAfter: Number(refused.headers['retry-after']) });
-    expect(await tokensOf(`${prefix}{ip:127.0.0.1}:LoginController.login`)).toBeLessThan(1);
+    expect(await tokensAt(`${prefix}{ip:127.0.0.1}:LoginController.login`)).toBeLessThan(1);
   });
 
   it('gives the per-IP token back when the per-user quota refuses, so the next user still gets in', async () => {
@@ -89,12 +85,12 @@ describe.each(PLATFORMS)('identities behind passport guards on %s', (platform) =
     expect(refused.headers['x-ratelimit-limit']).toBe('2');
     expect(refused.headers['x-ratelimit-remaining']).toBe('0');
     // Two requests drained the IP bucket to 1; the refused one took a token and gave it back.
-    const ipTokens = await tokensOf(ipKey);
+    const ipTokens = await tokensAt(ipKey);
     expect(ipTokens).toBeGreaterThanOrEqual(1);
     expect(ipTokens).toBeLessThan(1.1);
-    expect(await tokensOf(`${prefix}{user:bob}:me-user`)).toBeLessThan(1);
+    expect(await tokensAt(`${prefix}{user:bob}:me-user`)).toBeLessThan(1);
     await asUser('/me/both', 'carol').expect(200);
-    expect(await tokensOf(ipKey)).toBeLessThan(0.1);
+    expect(await tokensAt(ipKey)).toBeLessThan(0.1);
     await asUser('/me/both', 'alice').expect(429);
   });
 

@@ -4,13 +4,11 @@ import { Redis } from 'ioredis';
 import request from 'supertest';
 import { BucketService, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../support/app.js';
-import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
+import { deleteKeys, redisUrl, testPrefix, tokensOf } from '../support/redis.js';
 import { multiPolicyAppModule } from './app.module.js';
 
-/** Tokens stored in a bucket hash right now (no refill applied). */
-async function storedTokens(client: Redis, key: string): Promise<number> {
-  return Number(await client.hget(key, 'tokens'));
-}
+/** Tokens stored in a bucket hash right now (no refill applied); throws when the bucket does not exist. */
+const storedTokens = tokensOf;
 
 describe.each(PLATFORMS)('several policies on one route decide as one on %s', (platform) => {
   const prefix = testPrefix(`multi-policy-${platform}`);

@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import type { Platform } from '../support/app.js';
 import { buildWorkerApp, LoadDriver, startWorker, type Worker, type WorkerBuild } from '../support/processes.js';
-import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
+import { deleteKeys, redisUrl, testPrefix, tokensOf } from '../support/redis.js';
 import { B, HOURLY, R } from '../support/worker-app/worker.controller.js';
 
 /**
@@ -91,7 +91,7 @@ describe('four processes (2 Express, 2 Fastify) share one bucket exactly', () =>
   it('admits as exactly on a two-policy route, and drains the second bucket once per admitted request only', async () => {
     const { allowed, seconds } = await driveAndCheck('/double');
     // The hourly quota (per IP) never binds here; denials by the burst policy must not touch it.
-    const stored = Number(await client.hget(`${prefix}{ip:127.0.0.1}:double-hourly`, 'tokens'));
+    const stored = await tokensOf(client, `${prefix}{ip:127.0.0.1}:double-hourly`);
     const taken = HOURLY.capacity - stored;
     expect(taken).toBeLessThanOrEqual(allowed);
     expect(taken).toBeGreaterThanOrEqual(allowed - HOURLY.refillPerSecond * seconds - 0.01);

@@ -4,7 +4,7 @@ import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import { BucketService, RateLimitModule, RateLimitUnavailableError } from 'nest-redis-rate-limit';
 import { sleep } from '../support/load.js';
-import { RedisServer } from '../support/redis.js';
+import { RedisServer, tokensOf } from '../support/redis.js';
 
 class LogRecorder implements LoggerService {
   readonly warnings: string[] = [];
@@ -103,7 +103,7 @@ describe('a demoted master (READONLY)', () => {
     // A fresh bucket on the new master: the refused decision was not sent again after the reconnect.
     expect(remaining).toBe(9);
     const check = new Redis(newMaster.url);
-    expect(Number(await check.hget('rl:{failover}', 'tokens'))).toBeCloseTo(9, 3);
+    expect(await tokensOf(check, 'rl:{failover}')).toBeCloseTo(9, 3);
     check.disconnect();
     expect(recorder.warnings.some((w) => w.includes(`Redis at 127.0.0.1:${proxy.port} answered READONLY`))).toBe(true);
     expect(recorder.warnings.find((w) => w.includes('READONLY'))).toContain('reconnecting; the refused command is not sent again');

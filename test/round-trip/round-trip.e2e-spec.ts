@@ -3,7 +3,7 @@ import type { INestApplication } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import request from 'supertest';
 import { createApp, PLATFORMS } from '../support/app.js';
-import { commandCalls, keysUnder, RedisServer, testPrefix } from '../support/redis.js';
+import { commandCalls, keysUnder, RedisServer, testPrefix, tokensOf } from '../support/redis.js';
 import { roundTripAppModule } from './app.module.js';
 
 /**
@@ -125,7 +125,7 @@ describe.each(PLATFORMS)('one round trip per decision on %s', (platform) => {
     expect(statuses).toEqual(new Array(N).fill(200));
     expect(counted).toEqual({ sent: new Array(N).fill('evalsha'), evalsha: N, eval: 0 });
     for (const scope of ['rt-burst', 'rt-hourly']) {
-      const tokens = Number(await client.hget(`${prefix}{ip:127.0.0.1}:${scope}`, 'tokens'));
+      const tokens = await tokensOf(client, `${prefix}{ip:127.0.0.1}:${scope}`);
       expect(tokens).toBeGreaterThanOrEqual(1000 - N);
       expect(tokens).toBeLessThan(1000 - N + 1);
     }

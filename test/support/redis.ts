@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:net';
-import { Redis } from 'ioredis';
+import { type Cluster, Redis } from 'ioredis';
 import { redisAnswers } from 'nest-redis-rate-limit';
 
 /**
@@ -230,4 +230,14 @@ export async function commandCalls(client: Redis, command: string): Promise<numb
 /** Script runs since the server started: EVALSHA, plus EVAL (ioredis sends the body once after NOSCRIPT). */
 export async function scriptCalls(client: Redis): Promise<number> {
   return (await commandCalls(client, 'evalsha')) + (await commandCalls(client, 'eval'));
+}
+
+/**
+ * The tokens stored in the bucket hash at `key` (no refill applied). Throws when the key does not
+ * exist: `Number(null)` is 0, which would pass for a drained bucket and hide a bucket never written.
+ */
+export async function tokensOf(client: Pick<Redis, 'hget'> | Pick<Cluster, 'hget'>, key: string): Promise<number> {
+  const value = await client.hget(key, 'tokens');
+  if (value === null) throw new Error(`no bucket at ${key}: the key does not exist in Redis`);
+  return Number(value);
 }
