@@ -1,14 +1,77 @@
+import { connect, createServer, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Deadlines, RateLimitTimeoutError } from './with-timeout.js';
+import { Deadlines, RateLimitTimeoutError, withTimeout } from './with-timeout.js';
 
 const never = () => new Promise<never>(() => undefined);
 
+/** The two ends of a loopback TCP connection. */
+async function socketPair(): Promise<{ near: Socket; far: Socket; close: () => void }> {
+  const server = createServer();
+  const accepted = new Promise<Socket>((resolve) => server.once('connection', resolve));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  const near = connect(port, '127.0.0.1');
+  await new Promise<void>((resolve) => near.once('connect', () => resolve()));
+  const far = await accepted;
+  return { near, far, close: () => (near.destroy(), far.destroy(), server.close()) };
+}
+
+/** The next bytes `socket` reads: a line starting with `-` rejects, like a Redis error reply. */
+const reply = (socket: Socket) =>
+  new Promise<string>((resolve, reject) =>
+    socket.once('data', (data) => {
+      const text = data.toString();
+      if (text.startsWith('-')) reject(new Error(text.slice(1)));
+      else resolve(text);
+    }),
+  );
+
+/** How a race ended, observed from the moment it starts (a rejection is never left unhandled). */
+const outcome = (race: Promise<string>) =>
+  race.then(
+    (value) => `answered ${value}`,
+    (error: Error) => (error instanceof RateLimitTimeoutError ? 'timed out' : `failed: ${error.message}`),
+  );
+
+/** Keeps the event loop busy (no timer, no I/O callback runs) for `ms`. */
+function blockFor(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until) {
+    // busy
+  }
+}
+
+/**
+ * Runs `arrange` in the check phase (a `setImmediate` callback), so that the loop's next steps are its
+ * timers and then its poll for I/O: a reply written during `arrange` and a deadline that expires during
+ * it are both due, and the timer comes first.
+ */
+const inCheckPhase = <T>(arrange: () => T) => new Promise<T>((resolve) => setImmediate(() => resolve(arrange())));
+
 describe('Deadlines (one timer for every decision of a module)', () => {
-  it('settles like the promise when it answers in time, and never rejects it later', async () => {
-    const deadlines = new Deadlines(30);
-    await expect(deadlines.race(Promise.resolve(7))).resolves.toBe(7);
-    await expect(deadlines.race(Promise.reject(new Error('down')))).rejects.toThrow('down');
-    await sleep(60);
+  it('settles like the reply that reached the socket before the deadline, even when the loop reads it only after the deadline', async () => {
+    const deadlines = new Deadlines(20);
+    const ok = await socketPair();
+    const down = await socketPair();
+    try {
+      const { answered, refused, hung } = await inCheckPhase(() => {
+        const races = {
+          answered: outcome(deadlines.race(reply(ok.near))),
+          refused: outcome(deadlines.race(reply(down.near))),
+          hung: outcome(deadlines.race(never())),
+        };
+        ok.far.write('pong');
+        down.far.write('-down');
+        // Past the deadline: when the loop turns, the timer and both replies are due together.
+        blockFor(80);
+        return races;
+      });
+      // The deadline had really passed: the race whose reply never came timed out in the same turn.
+      expect([await answered, await refused, await hung]).toEqual(['answered pong', 'failed: down', 'timed out']);
+    } finally {
+      ok.close();
+      down.close();
+    }
   });
 
   it('rejects a promise that hangs with RateLimitTimeoutError after the timeout, not before', async () => {
@@ -35,10 +98,18 @@ describe('Deadlines (one timer for every decision of a module)', () => {
     await expect(hung).rejects.toBeInstanceOf(RateLimitTimeoutError);
   });
 
-  it('lets a reply that arrived before the deadline was noticed win', async () => {
-    const deadlines = new Deadlines(20);
-    // The reply is ready in the same turn the timer fires: setImmediate lets it be read first.
-    const reply = new Promise<string>((resolve) => setTimeout(() => resolve('read'), 20));
-    await expect(deadlines.race(reply)).resolves.toBe('read');
+  it('withTimeout lets a reply that reached the socket before the deadline win, though the loop reads it after the deadline', async () => {
+    const pair = await socketPair();
+    try {
+      const { answered, hung } = await inCheckPhase(() => {
+        const races = { answered: outcome(withTimeout(reply(pair.near), 20)), hung: outcome(withTimeout(never(), 20)) };
+        pair.far.write('pong');
+        blockFor(80);
+        return races;
+      });
+      expect([await answered, await hung]).toEqual(['answered pong', 'timed out']);
+    } finally {
+      pair.close();
+    }
   });
 });
