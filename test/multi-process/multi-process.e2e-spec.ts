@@ -66,13 +66,17 @@ describe('four processes (2 Express, 2 Fastify) share one bucket exactly', () =>
     console.log(
       `${path}: ${allowed} allowed of ${allowed + denied} requests; T = ${T.toFixed(3)} s ` +
         `(${seconds.toFixed(3)} s seen by the test); B + R·T + 1 = ${promise.toFixed(1)}, ` +
-        `short by ${(promise - allowed).toFixed(1)}; allowed per process ${perUrl.map((s) => s.allowed).join('/')}`,
+        `short by ${(promise - allowed).toFixed(1)}; allowed per process ${perUrl.map((s) => s.allowed).join('/')}; ` +
+        `most requests inside a process at once ${perUrl.map((s) => s.maxInFlightAtWorker).join('/')}`,
     );
     for (const stats of perUrl) {
       expect(stats.failed).toEqual([]);
       // An admission without a Redis decision (a timeout under failureMode 'open') would break the promise.
       expect(stats.allowedWithoutDecision).toBe(0);
-      expect(stats.maxInFlight).toBe(IN_FLIGHT_PER_PROCESS);
+      // The decisions really were concurrent inside each worker (counted there, not by the driver): at
+      // least a quarter of the driver's connections at once, and never more than it opened.
+      expect(stats.maxInFlightAtWorker).toBeGreaterThanOrEqual(IN_FLIGHT_PER_PROCESS / 4);
+      expect(stats.maxInFlightAtWorker).toBeLessThanOrEqual(IN_FLIGHT_PER_PROCESS);
       // Every process got a share of the one bucket and was refused the rest.
       expect(stats.allowed).toBeGreaterThan(0);
       expect(stats.denied).toBeGreaterThan(0);

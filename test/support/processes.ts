@@ -8,7 +8,7 @@ import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { Platform } from './app.js';
-import { SERVED_HEADER } from './worker-app/worker.controller.js';
+import { IN_FLIGHT_HEADER, SERVED_HEADER } from './worker-app/worker.controller.js';
 
 /**
  * The worker app (test/support/worker-app) in processes of its own. Child processes cannot use
@@ -132,8 +132,8 @@ export interface LoadStats {
   allowedWithoutDecision: number;
   /** Any other status, or a transport error. */
   failed: string[];
-  /** Most requests in flight at once. */
-  maxInFlight: number;
+  /** Most requests the worker process held at once (its `x-in-flight` header), counted inside it. */
+  maxInFlightAtWorker: number;
 }
 
 /** The result of a driven run over all workers. */
@@ -185,12 +185,9 @@ export class LoadDriver {
     let lastResponded = -Infinity;
     const perUrl = await Promise.all(
       this.urls.map(async (url) => {
-        const stats: LoadStats = { allowed: 0, denied: 0, allowedWithoutDecision: 0, failed: [], maxInFlight: 0 };
-        let inFlight = 0;
+        const stats: LoadStats = { allowed: 0, denied: 0, allowedWithoutDecision: 0, failed: [], maxInFlightAtWorker: 0 };
         const lane = async () => {
           while (performance.now() < deadline) {
-            inFlight++;
-            if (inFlight > stats.maxInFlight) stats.maxInFlight = inFlight;
             try {
               const reply = await this.get(url, path, headers);
               const served = reply.headers[SERVED_HEADER];
@@ -199,6 +196,8 @@ export class LoadDriver {
                 firstReceived = Math.min(firstReceived, received);
                 lastResponded = Math.max(lastResponded, responded);
               }
+              const inFlight = Number(reply.headers[IN_FLIGHT_HEADER]);
+              if (inFlight > stats.maxInFlightAtWorker) stats.maxInFlightAtWorker = inFlight;
               if (reply.status === 200 && reply.headers['x-ratelimit-limit'] !== undefined) stats.allowed++;
               else if (reply.status === 200) stats.allowedWithoutDecision++;
               else if (reply.status === 429) stats.denied++;
@@ -206,7 +205,6 @@ export class LoadDriver {
             } catch (error) {
               stats.failed.push((error as Error).message);
             } finally {
-              inFlight--;
               lastEnd = Math.max(lastEnd, performance.now());
             }
           }

@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
-import { SERVED_HEADER } from './worker.controller.js';
+import { IN_FLIGHT_HEADER, SERVED_HEADER } from './worker.controller.js';
 import { workerAppModule } from './worker.module.js';
 
 /**
@@ -24,12 +24,24 @@ const app =
     ? await NestFactory.create(module, new FastifyAdapter(), { logger: ['error', 'warn'] })
     : await NestFactory.create(module, { logger: ['error', 'warn'] });
 // When this process received each request and when it wrote the response (the real clock, in ms):
-// every decision lies between the two, so the tests measure T where the decisions happen.
+// every decision lies between the two, so the tests measure T where the decisions happen. And how many
+// requests were inside this process when each arrived.
+let inFlight = 0;
 app.use((_request: IncomingMessage, response: ServerResponse, next: () => void) => {
   const receivedAt = wallClock();
+  const seen = ++inFlight;
+  let done = false;
+  const leave = () => {
+    if (done) return;
+    done = true;
+    inFlight--;
+  };
+  response.once('finish', leave);
+  response.once('close', leave);
   const writeHead = response.writeHead;
   response.writeHead = function (this: ServerResponse, ...args: unknown[]) {
     this.setHeader(SERVED_HEADER, `${receivedAt} ${wallClock()}`);
+    this.setHeader(IN_FLIGHT_HEADER, String(seen));
     return (writeHead as (...a: unknown[]) => ServerResponse).apply(this, args);
   } as typeof response.writeHead;
   next();

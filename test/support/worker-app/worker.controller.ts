@@ -13,6 +13,12 @@ export const SLOW = { capacity: 5, refillPerSecond: 0.01 } as const;
 /** Response header `<received ms> <responded ms>` the worker app sets on every response. */
 export const SERVED_HEADER = 'x-served';
 
+/**
+ * Response header: how many requests this process had received and not yet answered when this one
+ * arrived, itself included. The concurrency the app really saw, whatever the load generator meant to send.
+ */
+export const IN_FLIGHT_HEADER = 'x-in-flight';
+
 /** Routes of the worker app that separate processes run against one Redis. */
 @Controller()
 export class WorkerController {
