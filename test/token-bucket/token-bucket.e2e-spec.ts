@@ -82,13 +82,54 @@ const CASES: Case[] = [
     ],
   },
   {
-    name: 'a clock that steps back neither refills nor lets the same time refill twice',
+    name: 'a clock that steps back (within the 1 s tolerance) neither refills nor lets the same time refill twice',
     capacity: 10,
     refillPerSecond: 1,
     steps: [
       { at: 5000, cost: 10, allowed: true, tokens: 0 },
-      { at: 3000, cost: 1, allowed: false, tokens: 0, retryAfter: 1 },
+      { at: 4000, cost: 1, allowed: false, tokens: 0, retryAfter: 1 },
       { at: 6000, cost: 1, allowed: true, tokens: 0 },
+    ],
+  },
+  {
+    name: 'a clock that steps back more than 1 s moves the stamp back to now, even on a refusal: the bucket refills from there',
+    capacity: 10,
+    refillPerSecond: 1,
+    steps: [
+      { at: 3_605_000, cost: 10, allowed: true, tokens: 0 },
+      { at: 5000, cost: 1, allowed: false, tokens: 0, retryAfter: 1 },
+      { at: 7000, cost: 1, allowed: true, tokens: 1 },
+    ],
+  },
+  {
+    name: 'the largest capacity (1e12) at the longest window (1e12 s) drains whole tokens exactly',
+    capacity: 1e12,
+    refillPerSecond: 1,
+    steps: [
+      { at: 0, cost: 1, allowed: true, tokens: 999_999_999_999, reset: 1 },
+      { at: 0, cost: 1e12, allowed: false, tokens: 999_999_999_999, retryAfter: 1 },
+      { at: 0, cost: 999_999_999_999, allowed: true, tokens: 0, reset: 1e12 },
+      { at: 500, cost: 1, allowed: false, tokens: 0.5, retryAfter: 1 },
+      { at: 2500, cost: 2, allowed: true, tokens: 0.5 },
+    ],
+  },
+  {
+    name: 'the slowest refill for one token (1e-12 per second) still gives integer headers',
+    capacity: 1,
+    refillPerSecond: 1e-12,
+    steps: [
+      { at: 0, cost: 1, allowed: true, tokens: 0, reset: 1e12 },
+      { at: 1000, cost: 1, allowed: false, tokens: 1e-12 },
+    ],
+  },
+  {
+    name: 'the largest capacity with a huge refill (1e300 per second) is full again after a millisecond',
+    capacity: 1e12,
+    refillPerSecond: 1e300,
+    steps: [
+      { at: 0, cost: 1e12, allowed: true, tokens: 0, reset: 1 },
+      { at: 0, cost: 1, allowed: false, tokens: 0, retryAfter: 1 },
+      { at: 1, cost: 1e12, allowed: true, tokens: 0 },
     ],
   },
   {
@@ -134,6 +175,9 @@ describe('token bucket arithmetic: Lua script and memory store agree', () => {
         seen.push(result.tokens[0]);
         const decision = toDecision(request, result.tokens[0], step.cost, result.allowed);
         expect(decision.remaining).toBe(Math.floor(step.tokens + 1e-9));
+        for (const value of [decision.remaining, decision.retryAfterSeconds, decision.resetSeconds]) {
+          expect(Number.isSafeInteger(value) && value >= 0).toBe(true);
+        }
         if (step.retryAfter !== undefined) expect(decision.retryAfterSeconds).toBe(step.retryAfter);
         if (step.reset !== undefined) expect(decision.resetSeconds).toBe(step.reset);
       }

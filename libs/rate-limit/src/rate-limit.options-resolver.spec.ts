@@ -20,9 +20,15 @@ describe('module options', () => {
     [{ failureMode: 'retry' }, /failureMode must be one of 'open', 'closed', 'local'/],
     [{ store: 'postgres' }, /store must be one of 'redis', 'memory'/],
     [{ timeoutMs: 0 }, /timeoutMs must be a finite number > 0 \(got 0\)/],
+    [{ timeoutMs: 3e9 }, /timeoutMs must be at most 2147483647 \(a Node timer's limit\) \(got 3000000000\)/],
+    [{ timeoutMs: 2 ** 31 }, /timeoutMs must be at most 2147483647/],
     [{ keyPrefix: 'a{b}' }, /keyPrefix must be at most 64 characters without braces/],
     [{ keys: { apiKeyHeader: 'x api key' } }, /keys.apiKeyHeader must be a header name/],
   ])('rejects %j with a message that says what is allowed', (options, message) => {
     expect(() => resolveOptions(options as never)).toThrow(message);
+  });
+
+  it('accepts the largest timeoutMs a Node timer can wait (2^31 - 1 ms)', () => {
+    expect(resolveOptions({ timeoutMs: 2 ** 31 - 1 }).timeoutMs).toBe(2_147_483_647);
   });
 });

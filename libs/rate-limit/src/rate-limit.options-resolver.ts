@@ -6,6 +6,9 @@ import {
 import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
 import { checkRedisOption } from './stores/redis-connection.js';
 
+/** The longest delay a Node timer accepts (2^31 - 1 ms, about 24.8 days). */
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+
 const STORES = ['redis', 'memory'] as const;
 const FAILURE_MODES = ['open', 'closed', 'local'] as const;
 const STANDARD_HEADERS = ['draft-6', 'draft-7', 'draft-8', false] as const;
@@ -30,6 +33,10 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0) {
     throw new Error(`RateLimitModule: timeoutMs must be a finite number > 0 (got ${typeof timeoutMs === 'string' ? JSON.stringify(timeoutMs) : String(timeoutMs)})`);
+  }
+  if (timeoutMs > MAX_TIMEOUT_MS) {
+    // Node clamps a longer timer to 1 ms (with a TimeoutOverflowWarning each time): every decision would time out at once.
+    throw new Error(`RateLimitModule: timeoutMs must be at most ${MAX_TIMEOUT_MS} (a Node timer's limit) (got ${timeoutMs})`);
   }
   const apiKeyHeader = options.keys?.apiKeyHeader ?? DEFAULT_API_KEY_HEADER;
   if (typeof apiKeyHeader !== 'string' || !/^[A-Za-z0-9-]+$/.test(apiKeyHeader)) {

@@ -6,6 +6,33 @@ import type { BucketDecision, BucketPolicy } from '../rate-limit.interfaces.js';
  * runs through both.
  */
 
+/**
+ * The largest capacity. Tokens are doubles (in Lua and here): below 2^40 (~1.1e12) a double has at
+ * least 12 bits after the binary point, so whole tokens stay exact after any refill — subtracting an
+ * integer cost is exact, `floor(tokens)` is the true count, and a refill's rounding is below 1/8192 of
+ * a token. At 1e17 a cost of 1 is lost in rounding (1e17 - 1 === 1e17): the bucket never drains.
+ */
+export const MAX_CAPACITY = 1e12;
+
+/**
+ * The longest window B/R, in seconds (about 31,700 years). The script stores the bucket with
+ * `PEXPIRE ceil(2 * B / R * 1000)`: at most 2e15 ms, an exact integer in a double (< 2^53), printed as
+ * digits by `%d` and far below the 64-bit milliseconds PEXPIRE accepts. Headers (`w=`, reset, retry)
+ * are at most this many seconds: safe integers.
+ */
+export const MAX_WINDOW_SECONDS = 1e12;
+
+/**
+ * How far a stored `ts` may be ahead of the clock before it is treated as damage and moved back to now.
+ * Within it, a stamp ahead of now is kept (no refill until the clock passes it): a Redis clock that
+ * steps back a little (an NTP correction, a failover to a replica whose clock lags by milliseconds)
+ * neither refills nor refills the same time twice when it steps forward again. Beyond it, the bucket
+ * would be frozen for as long as the stamp is ahead (a stamp an hour ahead: an hour of refusals), so
+ * the stamp becomes now: the tokens are kept and refilling starts again from now. Moving the stamp back
+ * never adds tokens; it only lets time that passes from now on count.
+ */
+export const FUTURE_TOLERANCE_MS = 1_000;
+
 /** A bucket as it is stored: fractional tokens at a time in ms. */
 export interface BucketState {
   tokens: number;
@@ -20,6 +47,19 @@ export interface BucketRequest extends BucketPolicy {
   cost: number;
 }
 
+/**
+ * State that can be trusted, or undefined for a bucket to treat as missing (full). Non-finite tokens or
+ * stamps count as missing; negative tokens as 0; a stamp more than `FUTURE_TOLERANCE_MS` ahead of `now`
+ * as now. The script does the same in Lua. Answers `state` itself when nothing needed repair.
+ */
+export function repair(state: BucketState | undefined, now: number): BucketState | undefined {
+  if (state === undefined) return undefined;
+  const { tokens, ts } = state;
+  if (!Number.isFinite(tokens) || !Number.isFinite(ts)) return undefined;
+  if (tokens >= 0 && ts <= now + FUTURE_TOLERANCE_MS) return state;
+  return { tokens: tokens < 0 ? 0 : tokens, ts: ts > now + FUTURE_TOLERANCE_MS ? now : ts };
+}
+
 /** Tokens in a bucket at `now`: what it had plus the refill since, never more than a full bucket. */
 export function refill(state: BucketState | undefined, policy: BucketPolicy, now: number): number {
   if (state === undefined) return policy.capacity;
@@ -28,7 +68,10 @@ export function refill(state: BucketState | undefined, policy: BucketPolicy, now
   return tokens > policy.capacity ? policy.capacity : tokens;
 }
 
-/** Time stamp to store: never moves backwards, so a clock step back cannot refill the same time twice. */
+/**
+ * Time stamp to store: never moves backwards (within `FUTURE_TOLERANCE_MS`, see `repair`), so a small
+ * clock step back cannot refill the same time twice.
+ */
 export function nextTimestamp(state: BucketState | undefined, now: number): number {
   return state !== undefined && state.ts > now ? state.ts : now;
 }
@@ -56,6 +99,9 @@ export function toDecision(
   cost: number,
   allowed: boolean,
 ): BucketDecision {
+  // Headers carry these numbers: whatever a store answered, they are integers from 0 to the bounds.
+  if (!(tokens >= 0)) tokens = 0;
+  else if (tokens > policy.capacity) tokens = policy.capacity;
   return {
     allowed,
     limit: policy.capacity,
@@ -63,4 +109,45 @@ export function toDecision(
     retryAfterSeconds: allowed || tokens >= cost ? 0 : Math.max(1, secondsUntil(tokens, cost, policy.refillPerSecond)),
     resetSeconds: secondsUntil(tokens, policy.capacity, policy.refillPerSecond),
   };
+}
+
+/** Requests with every key once, and where each original request went. */
+export interface MergedRequests {
+  requests: BucketRequest[];
+  /** `positions[i]`: the index in `requests` of the original request i. */
+  positions: number[];
+}
+
+/**
+ * One atomic call reads each bucket once, so a key named twice would be drained once for two costs.
+ * Repeats are merged into one request: the costs summed, and the smaller capacity and refill of the
+ * two (never more generous than either). Undefined when every key is distinct (the usual case).
+ */
+export function mergeRepeatedKeys(requests: readonly BucketRequest[]): MergedRequests | undefined {
+  if (requests.length < 2 || !hasRepeatedKey(requests)) return undefined;
+  const merged: BucketRequest[] = [];
+  const positions = new Array<number>(requests.length);
+  const at = new Map<string, number>();
+  requests.forEach((request, i) => {
+    const j = at.get(request.key);
+    if (j === undefined) {
+      at.set(request.key, merged.length);
+      positions[i] = merged.length;
+      merged.push({ key: request.key, capacity: request.capacity, refillPerSecond: request.refillPerSecond, cost: request.cost });
+      return;
+    }
+    const into = merged[j];
+    into.cost += request.cost;
+    into.capacity = Math.min(into.capacity, request.capacity);
+    into.refillPerSecond = Math.min(into.refillPerSecond, request.refillPerSecond);
+    positions[i] = j;
+  });
+  return { requests: merged, positions };
+}
+
+function hasRepeatedKey(requests: readonly BucketRequest[]): boolean {
+  for (let i = 1; i < requests.length; i++) {
+    for (let j = 0; j < i; j++) if (requests[i].key === requests[j].key) return true;
+  }
+  return false;
 }

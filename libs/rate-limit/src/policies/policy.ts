@@ -1,5 +1,6 @@
 import type { BucketPolicy, KeyBy, PolicyPhase, RateLimitPolicy } from '../rate-limit.interfaces.js';
 import { SAFE_IDENTITY } from '../rate-limit.constants.js';
+import { MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket/token-bucket.js';
 
 const KEY_BY_NAMES: readonly string[] = ['ip', 'user', 'apiKey'];
 const PHASES: readonly string[] = ['before-guards', 'after-guards'];
@@ -50,7 +51,12 @@ function describe(value: unknown): string {
   return typeof value === 'string' ? JSON.stringify(value) : String(value);
 }
 
-/** Checks the bucket numbers; `where` names the route or call in the error. */
+/**
+ * Checks the bucket numbers; `where` names the route or call in the error. Bounds: capacity an integer
+ * from 1 to `MAX_CAPACITY` (1e12), refill finite and > 0, and the window capacity / refill at most
+ * `MAX_WINDOW_SECONDS` (1e12 s): numbers for which the arithmetic stays exact and the script's
+ * PEXPIRE argument is an integer Redis accepts.
+ */
 export function assertBucketPolicy(policy: BucketPolicy, where: string, label = '@RateLimit'): void {
   if (typeof policy !== 'object' || policy === null) {
     throw new Error(`${label} needs { capacity, refillPerSecond } (got ${describe(policy)}) on ${where}`);
@@ -59,9 +65,19 @@ export function assertBucketPolicy(policy: BucketPolicy, where: string, label = 
   if (typeof capacity !== 'number' || !Number.isInteger(capacity) || capacity < 1) {
     throw new Error(`${label} capacity must be an integer >= 1 (got ${describe(capacity)}) on ${where}`);
   }
+  if (capacity > MAX_CAPACITY) {
+    throw new Error(`${label} capacity must be at most ${MAX_CAPACITY} (got ${describe(capacity)}) on ${where}`);
+  }
   if (typeof refillPerSecond !== 'number' || !Number.isFinite(refillPerSecond) || refillPerSecond <= 0) {
     throw new Error(
       `${label} refillPerSecond must be a finite number > 0 (got ${describe(refillPerSecond)}) on ${where}`,
+    );
+  }
+  // The time an empty bucket takes to fill; the bucket's TTL is twice it (see MAX_WINDOW_SECONDS).
+  const window = capacity / refillPerSecond;
+  if (!(window <= MAX_WINDOW_SECONDS)) {
+    throw new Error(
+      `${label} window capacity / refillPerSecond must be at most ${MAX_WINDOW_SECONDS} s (got ${Number(window.toPrecision(6))} s) on ${where}`,
     );
   }
 }

@@ -4,6 +4,7 @@ import {
   idleTtlMs,
   nextTimestamp,
   refill,
+  repair,
 } from '../bucket/token-bucket.js';
 import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
 
@@ -31,19 +32,25 @@ export class MemoryBucketStore implements BucketStore {
 
   takeSync(requests: readonly BucketRequest[], options: TakeOptions = {}): TakeResult {
     const now = options.now ?? this.clock();
-    const states = requests.map((request) => this.read(request.key, now));
+    if (requests.length > 1) assertDistinctKeys(requests);
+    const stored = requests.map((request) => this.read(request.key, now));
+    // Like the script: a stamp too far ahead (the process clock stepped back) is moved to now.
+    const states = stored.map((state) => repair(state, now));
     const tokens = requests.map((request, i) => refill(states[i], request, now));
     const allowed = options.refund === true || requests.every((request, i) => tokens[i] >= request.cost);
-    if (allowed && !options.dryRun) {
-      requests.forEach((request, i) => {
+    if (options.dryRun) return { allowed, tokens };
+    requests.forEach((request, i) => {
+      if (allowed) {
         tokens[i] = options.refund ? Math.min(request.capacity, tokens[i] + request.cost) : tokens[i] - request.cost;
-        this.write(request.key, {
-          tokens: tokens[i],
-          ts: nextTimestamp(states[i], now),
-          expiresAt: now + idleTtlMs(request),
-        }, now);
-      });
-    }
+      } else if (states[i] === stored[i]) {
+        return;
+      }
+      this.write(request.key, {
+        tokens: tokens[i],
+        ts: nextTimestamp(states[i], now),
+        expiresAt: now + idleTtlMs(request),
+      }, now);
+    });
     return { allowed, tokens };
   }
 
@@ -76,5 +83,14 @@ export class MemoryBucketStore implements BucketStore {
     for (const [key, bucket] of this.buckets) {
       if (bucket.expiresAt <= now) this.buckets.delete(key);
     }
+  }
+}
+
+/** One atomic call drains each bucket once: a key given twice would be drained once for two costs. */
+function assertDistinctKeys(requests: readonly BucketRequest[]): void {
+  const keys = new Set<string>();
+  for (const { key } of requests) {
+    if (keys.has(key)) throw new Error(`MemoryBucketStore: the same key twice in one call (${key}); merge them first`);
+    keys.add(key);
   }
 }
