@@ -9,7 +9,7 @@ import { assertBucketPolicy, assertCost } from '../policies/policy.js';
 import { BucketStore, type TakeOptions, type TakeResult } from '../stores/bucket-store.interface.js';
 import { MemoryBucketStore } from '../stores/memory-bucket.store.js';
 import { DenyCache } from './deny-cache.js';
-import { type BucketRequest, toDecision } from './token-bucket.js';
+import { type BucketRequest, mergeRepeatedKeys, toDecision } from './token-bucket.js';
 import { Deadlines, withTimeout } from './with-timeout.js';
 
 /** How a verdict was reached. */
@@ -112,7 +112,9 @@ export class BucketService {
    * those that had them, so the wait of the whole request is the largest one.
    */
   async consumeAll(entries: readonly BucketEntry[]): Promise<{ allowed: boolean; decisions: BucketDecision[] }> {
-    const verdict = await this.decide(entries.map((entry) => this.request(entry, entry.cost ?? 1)));
+    const requests = entries.map((entry) => this.request(entry, entry.cost ?? 1));
+    assertRepeatsFit(entries, requests);
+    const verdict = await this.decide(requests);
     if (verdict.source === 'closed') throw new RateLimitUnavailableError('failureMode is closed');
     return { allowed: verdict.allowed, decisions: verdict.decisions };
   }
@@ -142,6 +144,15 @@ export class BucketService {
    * outage; no timer, no restart.
    */
   async decide(requests: readonly BucketRequest[], dryRun = false): Promise<Verdict> {
+    // A key named twice (consumeAll, or stacked policies that meet on one identity at run time) is one
+    // bucket: decided once for the summed cost, and its decision reported for each request.
+    const merged = mergeRepeatedKeys(requests);
+    if (merged === undefined) return this.decideDistinct(requests, dryRun);
+    const verdict = await this.decideDistinct(merged.requests, dryRun);
+    return { ...verdict, decisions: merged.positions.map((j) => ({ ...verdict.decisions[j] })) };
+  }
+
+  private async decideDistinct(requests: readonly BucketRequest[], dryRun: boolean): Promise<Verdict> {
     const cache = dryRun ? undefined : this.denyCache;
     const sentAt = cache === undefined ? 0 : cache.now();
     const denied = cache?.deny(requests, sentAt);
@@ -172,6 +183,13 @@ export class BucketService {
    * tokens come back by refilling). Never waits longer than `timeoutMs`.
    */
   async refund(requests: readonly BucketRequest[], source: VerdictSource): Promise<number[] | undefined> {
+    const merged = mergeRepeatedKeys(requests);
+    if (merged === undefined) return this.refundDistinct(requests, source);
+    const tokens = await this.refundDistinct(merged.requests, source);
+    return tokens === undefined ? undefined : merged.positions.map((j) => tokens[j]);
+  }
+
+  private async refundDistinct(requests: readonly BucketRequest[], source: VerdictSource): Promise<number[] | undefined> {
     if (source === 'local') return this.local.takeSync(requests, { refund: true }).tokens;
     if (source !== 'store') return undefined;
     for (const request of requests) this.denyCache?.forget(request.key);
@@ -230,4 +248,36 @@ export class BucketService {
 function toVerdict(requests: readonly BucketRequest[], result: TakeResult, source: VerdictSource): Verdict {
   const { allowed, tokens } = result;
   return { allowed, source, decisions: requests.map((r, i) => toDecision(r, tokens[i], r.cost, allowed)) };
+}
+
+/**
+ * A `consumeAll()` that names one bucket twice is merged (`decide`): that needs one policy, and a
+ * summed cost the bucket can hold at all, else the call could never be allowed. A caller's mistake,
+ * refused like a cost above the capacity in `consume()`.
+ */
+function assertRepeatsFit(entries: readonly BucketEntry[], requests: readonly BucketRequest[]): void {
+  if (requests.length < 2) return;
+  const first = new Map<string, number>();
+  const costs = new Map<string, number>();
+  requests.forEach((request, i) => {
+    const j = first.get(request.key);
+    if (j === undefined) {
+      first.set(request.key, i);
+      costs.set(request.key, request.cost);
+      return;
+    }
+    const name = entries[i].name;
+    if (requests[j].capacity !== request.capacity || requests[j].refillPerSecond !== request.refillPerSecond) {
+      throw new Error(
+        `BucketService bucket "${name}" appears twice with different policies in one consumeAll() call: give it one policy`,
+      );
+    }
+    const cost = (costs.get(request.key) as number) + request.cost;
+    costs.set(request.key, cost);
+    if (cost > request.capacity) {
+      throw new Error(
+        `BucketService costs of bucket "${name}" add up to ${cost}, more than its capacity ${request.capacity}, in one consumeAll() call`,
+      );
+    }
+  });
 }
