@@ -1,7 +1,7 @@
 import { Controller, Get, type INestApplication, Module } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { BucketService, RateLimit, RateLimitModule, RedisBucketStore } from 'nest-redis-rate-limit';
+import { BucketService, MemoryBucketStore, RateLimit, RateLimitModule, RedisBucketStore } from 'nest-redis-rate-limit';
 import { resolveOptions } from '../../libs/rate-limit/src/rate-limit.options-resolver.js';
 import { createApp } from '../support/app.js';
 import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../support/redis.js';
@@ -66,6 +66,32 @@ describe('one bucket named twice in one BucketService.consumeAll call', () => {
     expect(await client.exists(`${prefix}{over}`)).toBe(0);
   });
 
+  it('gives back the summed cost when a decision with a repeated key is refunded (a route refused in its second phase)', async () => {
+    const key = `${prefix}{refunded}`;
+    const requests = [
+      { key, ...TWO, cost: 1 },
+      { key, ...TWO, cost: 1 },
+    ];
+    const taken = await buckets.decide(requests);
+    expect(taken.allowed).toBe(true);
+    const tokens = await buckets.refund(requests, taken.source);
+    expect(tokens).toHaveLength(2);
+    expect(tokens![0]).toBeCloseTo(2, 2);
+    expect(tokens![1]).toBe(tokens![0]);
+    expect(Number(await client.hget(key, 'tokens'))).toBeCloseTo(2, 2);
+  });
+
+  it.each(['redis', 'memory'])('is refused by the %s store itself when it reaches it unmerged, with nothing written', async (which) => {
+    const key = `${prefix}{unmerged:${which}}`;
+    const store = which === 'redis' ? new RedisBucketStore(client, false) : new MemoryBucketStore();
+    const taking = store.take([
+      { key, ...TWO, cost: 1 },
+      { key, ...TWO, cost: 1 },
+    ]);
+    await expect(taking).rejects.toThrow(/the same key twice in one call/);
+    expect(await client.exists(key)).toBe(0);
+  });
+
   it('throws when one bucket is given two different policies', async () => {
     await expect(
       buckets.consumeAll([
@@ -95,7 +121,7 @@ describe('stacked named policies that meet on one key at run time', () => {
   beforeAll(async () => {
     client = new Redis(await redisUrl());
     @Module({
-      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: prefix }), ],
+      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: prefix })],
       controllers: [SharedController],
     })
     class DuplicateAppModule {}

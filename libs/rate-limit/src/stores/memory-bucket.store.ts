@@ -27,7 +27,11 @@ export class MemoryBucketStore implements BucketStore {
   constructor(private readonly clock: () => number = Date.now) {}
 
   take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult> {
-    return Promise.resolve(this.takeSync(requests, options));
+    try {
+      return Promise.resolve(this.takeSync(requests, options));
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   takeSync(requests: readonly BucketRequest[], options: TakeOptions = {}): TakeResult {
