@@ -18,7 +18,13 @@ export class LimitedController {
   @RateLimit({ capacity: 3, refillPerSecond: 0.001, keyBy: (ctx) => ctx.switchToHttp().getRequest().headers['x-tenant'], name: 'stacked-tenant' })
   stacked(@Req() request: Record<symbol, RateLimitState>) {
     const state = request[RATE_LIMIT_VERDICT];
-    return { scopes: state.policies.map((p) => (p as { scope: string }).scope), remaining: state.verdict?.decisions.map((d) => d.remaining) };
+    return {
+      scopes: state.policies.map((p) => (p as { scope: string }).scope),
+      phases: state.policies.map((p) => (p as { phase: string }).phase),
+      allowed: state.verdict?.allowed,
+      source: state.verdict?.source,
+      remaining: state.verdict?.decisions.map((d) => d.remaining),
+    };
   }
 
   /** A user policy, stacked twice on the handler (one interceptor), under a per-IP class policy. */
@@ -29,9 +35,11 @@ export class LimitedController {
     return { ok: true };
   }
 
+  /** Decided by the guard alone: what it leaves on the request is the whole state. */
   @Get('class')
-  byClass() {
-    return { ok: true };
+  byClass(@Req() request: Record<symbol, RateLimitState>) {
+    const { policies, verdict } = request[RATE_LIMIT_VERDICT];
+    return { scopes: policies.map((p) => (p as { scope: string }).scope), verdict };
   }
 
   @Get('skipped')

@@ -71,7 +71,14 @@ describe.each(PLATFORMS)('RateLimitInterceptor on %s', (platform: Platform) => {
     await start('stacked');
     const first = await get('/limited/stacked').expect(200);
     // The handler's policies replace the class policy; the tenant policy (after guards) has the fewest left.
-    expect(first.body).toEqual({ scopes: ['stacked-ip', 'stacked-tenant'], remaining: [3, 2] });
+    // RATE_LIMIT_VERDICT holds both phases' policies and the verdict over them, decided in Redis.
+    expect(first.body).toEqual({
+      scopes: ['stacked-ip', 'stacked-tenant'],
+      phases: ['before-guards', 'after-guards'],
+      allowed: true,
+      source: 'store',
+      remaining: [3, 2],
+    });
     expect(first.headers['x-ratelimit-limit']).toBe('3');
     expect(first.headers['x-ratelimit-remaining']).toBe('2');
     expect((await get('/limited/stacked').expect(200)).body.remaining).toEqual([2, 1]);
@@ -86,9 +93,19 @@ describe.each(PLATFORMS)('RateLimitInterceptor on %s', (platform: Platform) => {
     expect((await get('/limited/stacked', 'globex').expect(200)).body.remaining).toEqual([0, 2]);
   });
 
-  it('leaves per-IP routes to the guard, headers included, and writes none on a skipped handler', async () => {
+  it('leaves per-IP routes to the guard, headers and RATE_LIMIT_VERDICT included, and writes none on a skipped handler', async () => {
     await start('class');
-    expect((await get('/limited/class').expect(200)).headers['x-ratelimit-remaining']).toBe('4');
+    const decided = await get('/limited/class').expect(200);
+    expect(decided.headers['x-ratelimit-remaining']).toBe('4');
+    // The class policy is scoped by the handler; its bucket of 5 refills 0.001/s, so it is full again 1000 s later.
+    expect(decided.body).toEqual({
+      scopes: ['LimitedController.byClass'],
+      verdict: {
+        allowed: true,
+        source: 'store',
+        decisions: [{ allowed: true, limit: 5, remaining: 4, retryAfterSeconds: 0, resetSeconds: 1000 }],
+      },
+    });
     expect((await get('/limited/skipped').expect(200)).headers['x-ratelimit-limit']).toBeUndefined();
     expect(counter.calls).toBe(0);
   });
