@@ -134,6 +134,8 @@ describe('module option errors stop the start while the module is built, before 
     ['failureMode "half-open"', { failureMode: 'half-open' }, `RateLimitModule: failureMode must be one of 'open', 'closed', 'local' (got "half-open")`],
     ['timeoutMs 0', { timeoutMs: 0 }, 'RateLimitModule: timeoutMs must be a finite number > 0 (got 0)'],
     ['timeoutMs Infinity', { timeoutMs: Infinity }, 'RateLimitModule: timeoutMs must be a finite number > 0 (got Infinity)'],
+    ['legacyHeaders "yes"', { legacyHeaders: 'yes' }, 'RateLimitModule: legacyHeaders must be true or false (got "yes")'],
+    ['legacyHeaders 0', { legacyHeaders: 0 }, 'RateLimitModule: legacyHeaders must be true or false (got 0)'],
   ])('%s', async (_case, options, message) => {
     const result = await startUp(await appWith(reportsController([policy({})]), options as Partial<RateLimitModuleOptions>));
     expect(result).toEqual({ phase: 'compile', message });

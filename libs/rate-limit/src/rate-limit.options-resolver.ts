@@ -59,6 +59,9 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
   if (options.denyCache !== undefined && typeof options.denyCache !== 'boolean') {
     throw new Error(`RateLimitModule: denyCache must be true or false (got ${JSON.stringify(options.denyCache)})`);
   }
+  if (options.legacyHeaders !== undefined && typeof options.legacyHeaders !== 'boolean') {
+    throw new Error(`RateLimitModule: legacyHeaders must be true or false (got ${JSON.stringify(options.legacyHeaders)})`);
+  }
   return {
     // `null` is a mistake like any other value (no `??`): only a missing option means the default.
     redis: options.redis === undefined ? 'redis://127.0.0.1:6379' : checkRedisOption(options.redis),
