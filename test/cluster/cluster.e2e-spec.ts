@@ -1,9 +1,9 @@
+import { createHash } from 'node:crypto';
 import type { INestApplication } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { type Cluster, Redis } from 'ioredis';
 import request from 'supertest';
 import { BucketService, RateLimitModule } from 'nest-redis-rate-limit';
-import { apiKeyIdentity, serviceKey } from '../../libs/rate-limit/src/keys/identity.js';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { LocalCluster } from '../support/cluster.js';
 import { commandCalls, hasRedisServerBinary, testPrefix, tokensOf } from '../support/redis.js';
@@ -14,6 +14,11 @@ import { clusterAppModule } from './app.module.js';
  * Every allowed response must carry rate-limit headers: an error such as CROSSSLOT would otherwise
  * pass unseen as a failure-mode ('open') admission.
  */
+
+/** The identity of an API key as the README documents it without `keys.secret`: `key:<32 hex digits of SHA-256>`. */
+const apiKeyIdentity = (apiKey: string) => `key:${createHash('sha256').update(apiKey).digest('hex').slice(0, 32)}`;
+/** A BucketService bucket as the README documents it: `{keyPrefix}{<name>}` (for a name of safe characters). */
+const serviceKey = (prefix: string, name: string) => `${prefix}{${name}}`;
 
 let cluster: LocalCluster;
 /** Plain connections to each master, for per-node counts and scans. */
