@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks';
 import type { INestApplication } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import type { Redis } from 'ioredis';
-import { BucketService, type FailureMode, RateLimitModule, type Verdict } from 'nest-redis-rate-limit';
+import { BucketService, BucketStore, type FailureMode, RateLimitModule, type RedisBucketStore, type Verdict } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { type Answer, countByStatus, sleep, startLoad, stopAllLoads, watchCpu } from '../support/load.js';
 import { commandCalls, RedisServer, testPrefix } from '../support/redis.js';
@@ -29,6 +29,9 @@ import {
  * server is busy in one long command (DEBUG SLEEP). Only the timeout can save a decision here.
  */
 const FREEZE_MS = 700;
+
+/** The Redis connection the app's module created (the one its decisions go through). */
+const moduleClient = (app: INestApplication) => (app.get(BucketStore) as RedisBucketStore).client as Redis;
 
 /** Answers the failure mode gave to fresh keys: sent while Redis hung, answered before it could reply again. */
 function expectModeAnswers(mode: FailureMode, answers: readonly Answer[]): void {
@@ -79,7 +82,9 @@ describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
       load.stop();
       const answers = await load.done;
       server.signal('SIGCONT');
-      await sleep(100);
+      // Redis runs a connection's commands in order: once a PING on the module's own connection is
+      // answered, every command the frozen server had received on it has run and is counted.
+      await moduleClient(app).ping();
       const commandsSent = (await commandCalls(client, 'evalsha')) - commandsBefore;
 
       const cpuBetween = cpu.stop();
