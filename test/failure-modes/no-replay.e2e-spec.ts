@@ -63,7 +63,9 @@ describe('commands in flight when the connection to Redis drops', () => {
     // ...while its command stayed written and unanswered on the connection to the frozen server.
     expect((moduleClient as unknown as { commandQueue: { length: number } }).commandQueue.length).toBeGreaterThanOrEqual(WAVE);
     await sleep(20);
-    await server.stop('SIGKILL');
+    // Killed while still frozen: `stop()` alone would let it run (SIGCONT) for a moment before the kill.
+    server.signal('SIGKILL');
+    await server.stop();
 
     await server.start();
     check = await inspector(server.url);
