@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import type { INestApplication } from '@nestjs/common';
 import type { Redis } from 'ioredis';
+import { BucketStore, type RedisBucketStore } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { countByStatus, inFlightAt, sleep, startLoad, stopAllLoads, timedGet, watchCpu } from '../support/load.js';
 import { RedisServer, testPrefix } from '../support/redis.js';
@@ -29,6 +30,10 @@ import {
  * crash.
  */
 const WAVE = 24;
+
+/** The ioredis connection the app's module created, with its queue of commands sent and not yet answered. */
+const moduleClient = (app: INestApplication) =>
+  (app.get(BucketStore) as RedisBucketStore).client as unknown as { commandQueue: { length: number } };
 
 describe.each(PLATFORMS)('Redis killed under load on %s', (platform) => {
   describe.each(MODES)("failureMode '%s'", (mode) => {
@@ -68,9 +73,15 @@ describe.each(PLATFORMS)('Redis killed under load on %s', (platform) => {
       const freezeAt = performance.now();
       server.signal('SIGSTOP');
       const wave = Array.from({ length: WAVE }, (_, i) => timedGet(url, { 'x-api-key': `wave-${i}` }));
-      await sleep(30);
+      // Until the wave is written to the frozen server's connection, unanswered (inside Redis, not merely
+      // sent by the test), and at most 80 ms: before the first decision gives up on it (timeoutMs).
+      const until = freezeAt + 80;
+      while (moduleClient(app).commandQueue.length < WAVE && performance.now() < until) await sleep(5);
+      const insideRedis = moduleClient(app).commandQueue.length;
       const killAt = performance.now();
-      await server.stop('SIGKILL');
+      // Killed while still frozen: `stop()` alone sends SIGCONT first, which would let it answer part of the wave.
+      server.signal('SIGKILL');
+      await server.stop();
       const deadAt = performance.now();
       await sleep(600);
       load.stop();
@@ -79,10 +90,11 @@ describe.each(PLATFORMS)('Redis killed under load on %s', (platform) => {
 
       expect(answers.filter((a) => a.status === 0)).toEqual([]);
       expect(inFlightAt(answers, killAt)).toBeGreaterThanOrEqual(WAVE);
+      expect(insideRedis).toBeGreaterThanOrEqual(WAVE);
       const worst = expectWithinBound(answers, freezeAt, cpuBetween);
       figure(
-        `${platform}/${mode} kill: slowest answer, most any answer lost to CPU wait and GC (ms); answers, in flight at the kill`,
-        `${worst.slowestMs.toFixed(0)}, ${worst.lostMs.toFixed(0)}; ${answers.length}, ${inFlightAt(answers, killAt)}`,
+        `${platform}/${mode} kill: slowest answer, most any answer lost to CPU wait and GC (ms); answers, in flight at the kill, commands inside Redis`,
+        `${worst.slowestMs.toFixed(0)}, ${worst.lostMs.toFixed(0)}; ${answers.length}, ${inFlightAt(answers, killAt)}, ${insideRedis}`,
       );
 
       // While Redis lived it allowed every fresh key; once it was dead the mode answered.
