@@ -94,6 +94,20 @@ describe('policy errors stop app.init() and name the controller and handler', ()
     expect(await startUp(await appWith(reportsController([decorator])))).toEqual({ phase: 'init', message });
   });
 
+  it('refuses same-name policies whose costs cannot fit one bucket when their identities meet', async () => {
+    const stacked = [
+      policy({ capacity: 1, name: 'shared', keyBy: 'apiKey' }),
+      policy({ capacity: 1, name: 'shared', keyBy: 'ip' }),
+    ];
+    expect(await startUp(await appWith(reportsController(stacked)))).toEqual({
+      phase: 'init',
+      message:
+        '@RateLimit policies named "shared" on ReportsController.list can meet on one bucket (a client without a user ' +
+        'or API key falls back to its IP) and then need 2 tokens of a bucket of 1, so they would refuse it forever: ' +
+        'give them different names, or costs that fit',
+    });
+  });
+
   it('names the first route of a controller whose class-level policy is invalid', async () => {
     const result = await startUp(await appWith(reportsController([policy({ capacity: 0 })], 'class')));
     expect(result).toEqual({ phase: 'init', message: `@RateLimit capacity must be an integer >= 1 (got 0) ${on}` });

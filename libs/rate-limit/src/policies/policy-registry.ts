@@ -103,6 +103,29 @@ export class PolicyRegistry implements OnModuleInit {
         `@RateLimit policies stacked on ${route} share one bucket: give each a different name or keyBy`,
       );
     }
+    assertSharedNamesFit(compiled, route);
     return compiled;
+  }
+}
+
+/**
+ * Stacked policies with one name and different keyBy meet on one bucket whenever their identities fall
+ * back to the same one (an anonymous client: its user and its API key both become its IP). That request
+ * then needs the costs of both from one bucket: if they exceed its capacity, it is refused forever.
+ */
+function assertSharedNamesFit(policies: readonly CompiledPolicy[], route: string): void {
+  const byName = new Map<string, CompiledPolicy[]>();
+  for (const policy of policies) byName.set(policy.scope, [...(byName.get(policy.scope) ?? []), policy]);
+  for (const [name, group] of byName) {
+    if (group.length < 2) continue;
+    const cost = group.reduce((sum, p) => sum + p.cost, 0);
+    const capacity = Math.min(...group.map((p) => p.capacity));
+    if (cost > capacity) {
+      throw new Error(
+        `@RateLimit policies named "${name}" on ${route} can meet on one bucket (a client without a user or API key ` +
+          `falls back to its IP) and then need ${cost} tokens of a bucket of ${capacity}, so they would refuse it ` +
+          'forever: give them different names, or costs that fit',
+      );
+    }
   }
 }
