@@ -74,7 +74,7 @@ describe('one bucket named twice in one BucketService.consumeAll call', () => {
     ];
     const taken = await buckets.decide(requests);
     expect(taken.allowed).toBe(true);
-    const tokens = await buckets.refund(requests, taken.source);
+    const tokens = await buckets.giveBack(requests, taken.source);
     expect(tokens).toHaveLength(2);
     expect(tokens![0]).toBeCloseTo(2, 2);
     expect(tokens![1]).toBe(tokens![0]);

@@ -9,6 +9,10 @@ export const RATE_LIMIT_VERDICT = Symbol('RATE_LIMIT:VERDICT');
 
 export const DEFAULT_KEY_PREFIX = 'rl:';
 export const DEFAULT_TIMEOUT_MS = 100;
+/** How long a `RateLimitResolver`'s answer for one identity is reused, in ms. */
+export const DEFAULT_RESOLVER_CACHE_MS = 1_000;
+/** Identities whose resolved limits one instance remembers at most. */
+export const RESOLVER_CACHE_MAX_ENTRIES = 10_000;
 export const DEFAULT_API_KEY_HEADER = 'x-api-key';
 /** How often a degraded store logs a warning while decisions keep failing. */
 export const FAILURE_LOG_INTERVAL_MS = 10_000;

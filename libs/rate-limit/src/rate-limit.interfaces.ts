@@ -1,4 +1,4 @@
-import type { ExecutionContext } from '@nestjs/common';
+import type { ExecutionContext, Type } from '@nestjs/common';
 
 /** The two numbers that define a token bucket. */
 export interface BucketPolicy {
@@ -22,20 +22,77 @@ export type KeyBy =
  */
 export type PolicyPhase = 'before-guards' | 'after-guards';
 
-/** One `@RateLimit()` policy on a controller or handler. */
-export interface RateLimitPolicy extends BucketPolicy {
+/** A policy number: fixed, or computed from each request (after the app's guards, by default). */
+export type PolicyNumber = number | ((context: ExecutionContext) => number | Promise<number>);
+
+/** The numbers a `RateLimitResolver` gives for one identity. */
+export interface ResolvedLimits extends BucketPolicy {
+  /** Tokens one request takes (default: the policy's `cost`, else 1). */
+  cost?: number;
+}
+
+/** The identity whose bucket a policy drains, as a `RateLimitResolver` receives it. */
+export interface RateLimitIdentity {
+  /** Where it came from: a policy keyed by user or API key falls back to `'ip'` when the request has none. */
+  kind: 'ip' | 'user' | 'apiKey' | 'custom';
+  /** The user id, the (verified) API key, the address or what the keyBy function returned. */
+  value: string;
+}
+
+/**
+ * An injectable class that gives a policy its numbers per identity (say, from the tenant's plan):
+ * `@RateLimit({ resolve: PlanLimits, keyBy: 'user' })`. It is instantiated by Nest with dependency
+ * injection (it need not be a provider of any module). Answers are cached per identity for
+ * `resolverCacheMs`.
+ */
+export interface RateLimitResolver {
+  resolve(identity: RateLimitIdentity, context: ExecutionContext): ResolvedLimits | Promise<ResolvedLimits>;
+}
+
+/** Whether a request's outcome gives its tokens back: `'success'` (status < 400), `'failure'` (an error or status >= 400), or a function. */
+export type RefundOn = 'success' | 'failure' | ((status: number, error: unknown) => boolean);
+
+/** What every route policy may set, besides its numbers. */
+export interface RateLimitPolicyOptions {
   /** Whose bucket: `'ip'` (default), `'user'`, `'apiKey'` or a function of the execution context. */
   keyBy?: KeyBy;
-  /** Tokens one request takes (default 1, at most `capacity`). */
-  cost?: number;
+  /** Tokens one request takes (default 1, at most `capacity`); a function computes it per request. */
+  cost?: PolicyNumber;
   /** Bucket name shared by every route that uses it (default: `Controller.handler`). */
   name?: string;
   /**
-   * When it is decided. Default: `'before-guards'` for `'ip'` and for `'apiKey'` read from the raw header;
-   * `'after-guards'` for `'user'`, for `'apiKey'` with `keys.apiKey` set, and for keyBy functions.
+   * When it is decided. Default: `'before-guards'` for `'ip'` and for `'apiKey'` read from the raw header,
+   * when no number is a function; `'after-guards'` otherwise.
    */
   phase?: PolicyPhase;
+  /** After the handler, give the tokens back when the outcome matches (a login limit that counts only failures: `'success'`). */
+  refundOn?: RefundOn;
+  /** A refusal makes the bucket wait at least this many seconds before it allows again (a penalty). */
+  blockSeconds?: number;
+  /** Skip this policy for a request when it answers true. Runs in the policy's phase. */
+  skipIf?: (context: ExecutionContext) => boolean | Promise<boolean>;
+  /** `false`: shadow mode. Decide and drain as usual, never refuse, report what would have been refused. Default: the module's `enforce`. */
+  enforce?: boolean;
 }
+
+/** One `@RateLimit()` policy on a controller or handler: fixed or per-request numbers, or a resolver. */
+export type RateLimitPolicy = RateLimitPolicyOptions &
+  (
+    | {
+        /** Burst: how many tokens a full bucket holds (an integer >= 1), or a function of the request. */
+        capacity: PolicyNumber;
+        /** Tokens added per second (> 0), or a function of the request. */
+        refillPerSecond: PolicyNumber;
+        resolve?: undefined;
+      }
+    | {
+        /** A class that gives the numbers per identity. */
+        resolve: Type<RateLimitResolver>;
+        /** Used, with `refillPerSecond`, when the resolver fails or answers invalid numbers; else such a request is refused with 500. */
+        capacity?: number;
+        refillPerSecond?: number;
+      }
+  );
 
 /** What one bucket said about one request. All counts are integers. */
 export interface BucketDecision {

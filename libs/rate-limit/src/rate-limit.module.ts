@@ -4,7 +4,8 @@ import { BucketService } from './bucket/bucket.service.js';
 import { RateLimitGuard } from './guards/rate-limit.guard.js';
 import { RateLimitHeadersWriter } from './headers/rate-limit-headers.writer.js';
 import { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
-import { phaseOf } from './policies/policy.js';
+import { RateLimitEvents } from './events/rate-limit-events.js';
+import { needsInterceptor } from './policies/policy.js';
 import { PolicyRegistry } from './policies/policy-registry.js';
 import {
   ConfigurableRateLimitModule,
@@ -25,10 +26,18 @@ function createStore(options: ResolvedRateLimitOptions): BucketStore {
   return new RedisBucketStore(client, owned);
 }
 
-/** Module `defaults` with a policy decided after the app's guards need the interceptor on every route. */
+/** Module `defaults` with a policy decided after the app's guards, or refunded after the handler, need the interceptor on every route. */
 function defaultsNeedInterceptor(options: ResolvedRateLimitOptions): boolean {
-  const context = { apiKeyVerified: options.apiKey !== undefined };
-  return options.defaults.some((policy) => phaseOf(policy, context) === 'after-guards');
+  const apiKeyVerified = options.apiKey !== undefined;
+  return options.defaults.some(
+    (policy) => needsInterceptor(policy) || (policy.keyBy === 'apiKey' && policy.phase === undefined && apiKeyVerified),
+  );
+}
+
+function createEvents(options: ResolvedRateLimitOptions): RateLimitEvents {
+  const events = new RateLimitEvents();
+  if (options.onDecision) events.onDecision(options.onDecision);
+  return events;
 }
 
 function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRateLimitOptions {
@@ -56,6 +65,7 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
       inject: [{ token: RATE_LIMIT_MODULE_OPTIONS, optional: true }],
     },
     { provide: BucketStore, useFactory: createStore, inject: [RATE_LIMIT_OPTIONS] },
+    { provide: RateLimitEvents, useFactory: createEvents, inject: [RATE_LIMIT_OPTIONS] },
     BucketService,
     PolicyRegistry,
     RateLimitHeadersWriter,

@@ -1,8 +1,10 @@
 import {
   DEFAULT_API_KEY_HEADER,
   DEFAULT_KEY_PREFIX,
+  DEFAULT_RESOLVER_CACHE_MS,
   DEFAULT_TIMEOUT_MS,
 } from './rate-limit.constants.js';
+import { isIP } from 'node:net';
 import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
 import { checkRedisOption } from './stores/redis-connection.js';
 
@@ -62,6 +64,18 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
   if (options.legacyHeaders !== undefined && typeof options.legacyHeaders !== 'boolean') {
     throw new Error(`RateLimitModule: legacyHeaders must be true or false (got ${JSON.stringify(options.legacyHeaders)})`);
   }
+  if (options.enforce !== undefined && typeof options.enforce !== 'boolean') {
+    throw new Error(`RateLimitModule: enforce must be true or false (got ${JSON.stringify(options.enforce)})`);
+  }
+  for (const hook of ['skipIf', 'onDecision'] as const) {
+    if (options[hook] !== undefined && typeof options[hook] !== 'function') {
+      throw new Error(`RateLimitModule: ${hook} must be a function (got ${JSON.stringify(options[hook])})`);
+    }
+  }
+  const resolverCacheMs = options.resolverCacheMs ?? DEFAULT_RESOLVER_CACHE_MS;
+  if (typeof resolverCacheMs !== 'number' || !Number.isFinite(resolverCacheMs) || resolverCacheMs < 0 || resolverCacheMs > MAX_TIMEOUT_MS) {
+    throw new Error(`RateLimitModule: resolverCacheMs must be a number from 0 to ${MAX_TIMEOUT_MS} (got ${JSON.stringify(resolverCacheMs)})`);
+  }
   return {
     // `null` is a mistake like any other value (no `??`): only a missing option means the default.
     redis: options.redis === undefined ? 'redis://127.0.0.1:6379' : checkRedisOption(options.redis),
@@ -78,5 +92,39 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     defaults,
     denyCache: options.denyCache ?? true,
     guard: options.guard ?? true,
+    enforce: options.enforce ?? true,
+    skipIf: options.skipIf,
+    allowList: resolveAllowList(options.allowList),
+    onDecision: options.onDecision,
+    resolverCacheMs,
   };
+}
+
+/** Checks `allowList`: every address or CIDR range must parse, so a typo fails the start instead of limiting a health checker. */
+function resolveAllowList(allowList: RateLimitModuleOptions['allowList']): ResolvedRateLimitOptions['allowList'] {
+  if (allowList === undefined) return { ips: [], users: new Set(), apiKeys: new Set() };
+  if (typeof allowList !== 'object' || allowList === null) {
+    throw new Error(`RateLimitModule: allowList must be { ips?, users?, apiKeys? } (got ${JSON.stringify(allowList)})`);
+  }
+  const list = (name: 'ips' | 'users' | 'apiKeys', value: unknown, ok: (item: unknown) => boolean): unknown[] => {
+    if (value === undefined) return [];
+    if (!Array.isArray(value)) throw new Error(`RateLimitModule: allowList.${name} must be an array (got ${JSON.stringify(value)})`);
+    for (const item of value) {
+      if (!ok(item)) throw new Error(`RateLimitModule: allowList.${name} has an invalid entry ${JSON.stringify(item)}`);
+    }
+    return value;
+  };
+  const ips = list('ips', allowList.ips, (item) => typeof item === 'string' && isAddressOrRange(item)) as string[];
+  const users = list('users', allowList.users, (item) => (typeof item === 'string' && item !== '') || (typeof item === 'number' && Number.isFinite(item)));
+  const apiKeys = list('apiKeys', allowList.apiKeys, (item) => typeof item === 'string' && item !== '');
+  return { ips, users: new Set(users.map(String)), apiKeys: new Set(apiKeys as string[]) };
+}
+
+function isAddressOrRange(value: string): boolean {
+  const [address, bits, extra] = value.split('/');
+  const family = isIP(address);
+  if (family === 0 || extra !== undefined) return false;
+  if (bits === undefined) return true;
+  if (!/^\d{1,3}$/.test(bits)) return false;
+  return Number(bits) <= (family === 4 ? 32 : 128);
 }

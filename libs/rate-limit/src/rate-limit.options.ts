@@ -1,5 +1,7 @@
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { ExecutionContext } from '@nestjs/common';
 import type { RateLimitPolicy } from './rate-limit.interfaces.js';
+import type { RateLimitDecisionEvent } from './events/rate-limit-events.js';
 
 export type FailureMode = 'open' | 'closed' | 'local';
 export type StandardHeaders = 'draft-6' | 'draft-7' | 'draft-8' | false;
@@ -44,6 +46,26 @@ export interface RateLimitModuleOptions {
   denyCache?: boolean;
   /** Register `RateLimitGuard` for the whole application. `false` when you place the guard yourself. Default true. */
   guard?: boolean;
+  /** `false`: shadow mode for every policy without its own `enforce` (decide and drain, never refuse). Default true. */
+  enforce?: boolean;
+  /** Skip every policy of a request when it answers true. Runs in each phase that has policies. */
+  skipIf?: (context: ExecutionContext) => boolean | Promise<boolean>;
+  /** Never limited: requests from these addresses or CIDR ranges, and policies keyed by these users or API keys. */
+  allowList?: RateLimitAllowList;
+  /** Called for every policy decided (after the store answered, or failureMode did). Must not throw; errors are logged. */
+  onDecision?: (event: RateLimitDecisionEvent) => void;
+  /** How long a `RateLimitResolver`'s answer is reused for one identity, in ms. 0: ask it on every request. Default 1000. */
+  resolverCacheMs?: number;
+}
+
+/** Callers that are never limited (health checkers, internal services). */
+export interface RateLimitAllowList {
+  /** Addresses (`10.1.2.3`, `::1`) and CIDR ranges (`10.0.0.0/8`, `fd00::/8`): every policy of their requests is skipped. */
+  ips?: string[];
+  /** User ids: policies with `keyBy: 'user'` are skipped for them. */
+  users?: Array<string | number>;
+  /** API keys (as `keys.apiKey` answers them, or the raw header): policies with `keyBy: 'apiKey'` are skipped for them. */
+  apiKeys?: string[];
 }
 
 /** The options after defaults are applied. */
@@ -62,4 +84,9 @@ export interface ResolvedRateLimitOptions {
   defaults: RateLimitPolicy[];
   denyCache: boolean;
   guard: boolean;
+  enforce: boolean;
+  skipIf?: (context: ExecutionContext) => boolean | Promise<boolean>;
+  allowList: { ips: string[]; users: Set<string>; apiKeys: Set<string> };
+  onDecision?: (event: RateLimitDecisionEvent) => void;
+  resolverCacheMs: number;
 }

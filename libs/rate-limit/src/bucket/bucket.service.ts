@@ -1,4 +1,6 @@
-import { Inject, Injectable, ServiceUnavailableException } from '@nestjs/common';
+import { Inject, Injectable, Optional, ServiceUnavailableException } from '@nestjs/common';
+import { performance } from 'node:perf_hooks';
+import { RateLimitEvents } from '../events/rate-limit-events.js';
 import type { BucketDecision, BucketPolicy } from '../rate-limit.interfaces.js';
 import { PROBE_AFTER_FAILURES } from '../rate-limit.constants.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
@@ -88,6 +90,7 @@ export class BucketService {
   constructor(
     @Inject(BucketStore) private readonly store: BucketStore,
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
+    @Optional() private readonly events: RateLimitEvents = new RateLimitEvents(),
   ) {
     this.denyCache = options.denyCache && store.remote ? new DenyCache() : undefined;
     this.deadlines = new Deadlines(options.timeoutMs);
@@ -126,6 +129,27 @@ export class BucketService {
     return verdict.decisions[0];
   }
 
+  /**
+   * Gives `cost` tokens back to the bucket `name` (capped at its capacity), for work that turned out not
+   * to count — the refund of an earlier `consume()`. Answers the bucket's decision after the refund
+   * (`allowed` true). With `failureMode: 'closed'` a store failure throws `RateLimitUnavailableError`;
+   * with `'open'` nothing is given back and the bucket is reported as full.
+   */
+  async refund(name: string, policy: BucketPolicy, cost = 1): Promise<BucketDecision> {
+    const request = this.request({ name, policy }, cost);
+    const tokens = await this.giveBack([request], 'store');
+    if (tokens === undefined) {
+      if (this.options.failureMode === 'closed') throw new RateLimitUnavailableError('failureMode is closed');
+      return toDecision(request, request.capacity, 0, true);
+    }
+    return toDecision(request, tokens[0], 0, true);
+  }
+
+  /** True while the store keeps failing (the breaker is open): one decision at a time probes it, the others follow `failureMode`. */
+  get storeFailing(): boolean {
+    return this.failuresInARow >= PROBE_AFTER_FAILURES;
+  }
+
   /** Makes the bucket `name` full again. */
   async reset(name: string): Promise<void> {
     const keys = [serviceKey(this.options.keyPrefix, name, this.hash)];
@@ -161,14 +185,18 @@ export class BucketService {
     const probe = this.failuresInARow >= PROBE_AFTER_FAILURES;
     if (probe && this.probing) return this.fallback(requests, options);
     if (probe) this.probing = true;
+    const timed = this.events.storeWatched;
+    const started = timed ? performance.now() : 0;
     try {
       const result = this.store.remote
         ? await this.deadlines.race(this.store.take(requests, options))
         : await this.store.take(requests, options);
+      if (timed) this.events.storeCall({ durationMs: performance.now() - started, outcome: 'ok' });
       if (this.failuresInARow > 0) this.recovered();
       cache?.learn(requests, result, sentAt);
       return toVerdict(requests, result, 'store');
     } catch (error) {
+      if (timed) this.events.storeCall({ durationMs: performance.now() - started, outcome: 'error' });
       this.failed(error);
       return this.fallback(requests, options);
     } finally {
@@ -182,7 +210,7 @@ export class BucketService {
    * after the refund, or undefined when there was nothing to give back or the store failed (then the
    * tokens come back by refilling). Never waits longer than `timeoutMs`.
    */
-  async refund(requests: readonly BucketRequest[], source: VerdictSource): Promise<number[] | undefined> {
+  async giveBack(requests: readonly BucketRequest[], source: VerdictSource): Promise<number[] | undefined> {
     const merged = mergeRepeatedKeys(requests);
     if (merged === undefined) return this.refundDistinct(requests, source);
     const tokens = await this.refundDistinct(merged.requests, source);

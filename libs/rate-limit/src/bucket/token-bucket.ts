@@ -45,6 +45,11 @@ export interface BucketRequest extends BucketPolicy {
   key: string;
   /** Tokens to take (0 takes nothing). */
   cost: number;
+  /**
+   * Penalty (`blockSeconds` of the policy): a take this bucket refuses makes it wait at least this many
+   * seconds before it allows again. Absent or 0: none.
+   */
+  blockSeconds?: number;
 }
 
 /**

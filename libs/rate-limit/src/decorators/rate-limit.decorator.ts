@@ -1,7 +1,7 @@
 import { EXCEPTION_FILTERS_METADATA, INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
 import { RateLimitModuleCheck } from '../filters/rate-limit-module.check.js';
 import { RateLimitInterceptor } from '../interceptors/rate-limit.interceptor.js';
-import { mayDecideAfterGuards } from '../policies/policy.js';
+import { needsInterceptor } from '../policies/policy.js';
 import { RATE_LIMIT_POLICIES } from '../rate-limit.constants.js';
 import type { KeyBy, RateLimitPolicy } from '../rate-limit.interfaces.js';
 
@@ -30,9 +30,10 @@ export function RateLimit(
     // Decorators apply bottom-up: prepend, so the stored order is the order written.
     Reflect.defineMetadata(RATE_LIMIT_POLICIES, [policy, ...own], holder);
     appendOnce(EXCEPTION_FILTERS_METADATA, RateLimitModuleCheck, holder);
-    // Only where a policy may wait for the app's guards: Nest's interceptor pipeline costs every request
-    // it runs on, and per-IP policies are decided (and their headers written) by the guard alone.
-    if (mayDecideAfterGuards(policy)) appendOnce(INTERCEPTORS_METADATA, RateLimitInterceptor, holder);
+    // Only where a policy may wait for the app's guards or refund after the handler: Nest's interceptor
+    // pipeline costs every request it runs on, and per-IP policies are decided (and their headers
+    // written) by the guard alone.
+    if (needsInterceptor(policy)) appendOnce(INTERCEPTORS_METADATA, RateLimitInterceptor, holder);
   };
 }
 

@@ -41,7 +41,7 @@ export class PolicyRegistry implements OnModuleInit {
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
   ) {
-    this.context = { apiKeyVerified: options.apiKey !== undefined };
+    this.context = { apiKeyVerified: options.apiKey !== undefined, enforce: options.enforce };
   }
 
   onModuleInit(): void {

@@ -1,12 +1,31 @@
-import type { BucketPolicy, KeyBy, PolicyPhase, RateLimitPolicy } from '../rate-limit.interfaces.js';
+import type { ExecutionContext, Type } from '@nestjs/common';
+import type {
+  BucketPolicy,
+  KeyBy,
+  PolicyPhase,
+  RateLimitPolicy,
+  RateLimitResolver,
+  RefundOn,
+} from '../rate-limit.interfaces.js';
 import { SAFE_IDENTITY } from '../rate-limit.constants.js';
 import { MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket/token-bucket.js';
 
 const KEY_BY_NAMES: readonly string[] = ['ip', 'user', 'apiKey'];
 const PHASES: readonly string[] = ['before-guards', 'after-guards'];
 
+/** What a policy computes per request instead of fixing at start-up. */
+export interface DynamicLimits {
+  capacity?: (context: ExecutionContext) => number | Promise<number>;
+  refillPerSecond?: (context: ExecutionContext) => number | Promise<number>;
+  cost?: (context: ExecutionContext) => number | Promise<number>;
+  resolve?: Type<RateLimitResolver>;
+  /** The static numbers to use when the request's cannot be had: undefined refuses such a request with 500. */
+  fallback?: BucketPolicy & { cost: number };
+}
+
 /** A route policy checked and resolved once, at start-up. */
 export interface CompiledPolicy extends BucketPolicy {
+  /** For a dynamic policy, these numbers are its fallback's, or 0 when it has none: use `dynamic`. */
   cost: number;
   keyBy: KeyBy;
   /** The policy `name`, or `Controller.handler`: the bucket's scope and its draft-8 name. */
@@ -15,12 +34,23 @@ export interface CompiledPolicy extends BucketPolicy {
   keySuffix: string;
   /** Decided by the guard (before the app's guards) or by the interceptor (after them). */
   phase: PolicyPhase;
+  /** Numbers computed per request; undefined for a static policy (the usual case). */
+  dynamic: DynamicLimits | undefined;
+  /** Outcomes that give the tokens back after the handler; undefined: none. */
+  refundOn: RefundOn | undefined;
+  /** Penalty of a refusal, in seconds; 0: none. */
+  blockSeconds: number;
+  skipIf: ((context: ExecutionContext) => boolean | Promise<boolean>) | undefined;
+  /** False: shadow mode (decided and drained, never refused). */
+  enforce: boolean;
 }
 
 /** What compiling a route policy needs to know of the module options. */
 export interface PolicyContext {
   /** `keys.apiKey` is set: API keys are verified by the app, after its guards. */
   apiKeyVerified: boolean;
+  /** The module's `enforce`: what a policy without its own gets. Default true. */
+  enforce?: boolean;
 }
 
 /**
@@ -28,15 +58,22 @@ export interface PolicyContext {
  * the raw request (the IP, an unverified API key header), after them when the app's guards or hooks
  * establish it (the user, a verified key, whatever a keyBy function reads).
  */
-function defaultPhase(keyBy: KeyBy, context: PolicyContext): PolicyPhase {
+function defaultPhase(policy: RateLimitPolicy, context: Pick<PolicyContext, 'apiKeyVerified'>): PolicyPhase {
+  // Numbers computed from the request read what the app's guards set (the user's plan).
+  if (hasNumberFunction(policy)) return 'after-guards';
+  const keyBy = policy.keyBy ?? 'ip';
   if (keyBy === 'ip') return 'before-guards';
   if (keyBy === 'apiKey') return context.apiKeyVerified ? 'after-guards' : 'before-guards';
   return 'after-guards';
 }
 
 /** The phase a policy is decided in (its own `phase`, else the default for its keyBy). */
-export function phaseOf(policy: RateLimitPolicy, context: PolicyContext): PolicyPhase {
-  return policy.phase ?? defaultPhase(policy.keyBy ?? 'ip', context);
+export function phaseOf(policy: RateLimitPolicy, context: Pick<PolicyContext, 'apiKeyVerified'>): PolicyPhase {
+  return policy.phase ?? defaultPhase(policy, context);
+}
+
+function hasNumberFunction(policy: RateLimitPolicy): boolean {
+  return typeof policy.capacity === 'function' || typeof policy.refillPerSecond === 'function' || typeof policy.cost === 'function';
 }
 
 /**
@@ -44,7 +81,13 @@ export function phaseOf(policy: RateLimitPolicy, context: PolicyContext): Policy
  * `@RateLimit` needs to know to apply `RateLimitInterceptor` only where it has work.
  */
 export function mayDecideAfterGuards(policy: RateLimitPolicy): boolean {
-  return policy.phase === undefined ? (policy.keyBy ?? 'ip') !== 'ip' : policy.phase === 'after-guards';
+  if (policy.phase !== undefined) return policy.phase === 'after-guards';
+  return (policy.keyBy ?? 'ip') !== 'ip' || hasNumberFunction(policy);
+}
+
+/** Whether `RateLimitInterceptor` has work on a route with this policy: a decision after the app's guards, or a refund after the handler. */
+export function needsInterceptor(policy: RateLimitPolicy): boolean {
+  return mayDecideAfterGuards(policy) || policy.refundOn !== undefined;
 }
 
 function describe(value: unknown): string {
@@ -102,9 +145,19 @@ export function compilePolicy(
   defaultScope = route,
   label = '@RateLimit',
 ): CompiledPolicy {
-  assertBucketPolicy(policy, route, label);
-  const cost = policy.cost ?? 1;
-  assertCost(cost, policy.capacity, route, label);
+  if (typeof policy !== 'object' || policy === null) {
+    throw new Error(`${label} needs { capacity, refillPerSecond } or { resolve } (got ${describe(policy)}) on ${route}`);
+  }
+  const dynamic = compileDynamic(policy, route, label);
+  let numbers: BucketPolicy & { cost: number };
+  if (dynamic === undefined) {
+    assertBucketPolicy(policy as BucketPolicy, route, label);
+    const cost = policy.cost ?? 1;
+    assertCost(cost, policy.capacity as number, route, label);
+    numbers = { capacity: policy.capacity as number, refillPerSecond: policy.refillPerSecond as number, cost: cost as number };
+  } else {
+    numbers = dynamic.fallback ?? { capacity: 0, refillPerSecond: 0, cost: 0 };
+  }
   const keyBy = policy.keyBy ?? 'ip';
   if (typeof keyBy !== 'function' && !KEY_BY_NAMES.includes(keyBy)) {
     throw new Error(
@@ -119,14 +172,91 @@ export function compilePolicy(
   if (policy.phase !== undefined && !PHASES.includes(policy.phase)) {
     throw new Error(`${label} phase must be 'before-guards' or 'after-guards' (got ${describe(policy.phase)}) on ${route}`);
   }
+  const { refundOn, skipIf, enforce } = policy;
+  if (refundOn !== undefined && refundOn !== 'success' && refundOn !== 'failure' && typeof refundOn !== 'function') {
+    throw new Error(`${label} refundOn must be 'success', 'failure' or a function (status, error) => boolean (got ${describe(refundOn)}) on ${route}`);
+  }
+  if (skipIf !== undefined && typeof skipIf !== 'function') {
+    throw new Error(`${label} skipIf must be a function (context) => boolean (got ${describe(skipIf)}) on ${route}`);
+  }
+  if (enforce !== undefined && typeof enforce !== 'boolean') {
+    throw new Error(`${label} enforce must be true or false (got ${describe(enforce)}) on ${route}`);
+  }
+  const blockSeconds = policy.blockSeconds ?? 0;
+  if (policy.blockSeconds !== undefined) assertBlockSeconds(blockSeconds, numbers, dynamic !== undefined, route, label);
   const scope = policy.name ?? defaultScope;
   return {
-    capacity: policy.capacity,
-    refillPerSecond: policy.refillPerSecond,
-    cost,
+    ...numbers,
     keyBy,
     scope,
     keySuffix: `}:${scope}`,
     phase: phaseOf(policy, context),
+    dynamic,
+    refundOn,
+    blockSeconds,
+    skipIf,
+    enforce: enforce ?? context.enforce ?? true,
+  };
+}
+
+/**
+ * The penalty: a positive finite number of seconds at most `MAX_WINDOW_SECONDS`. For a static policy, the
+ * tokens a penalty withholds (`blockSeconds * refillPerSecond`) stay at most `MAX_CAPACITY`, so negative
+ * token counts are as exact as positive ones; a dynamic policy's numbers are checked per request.
+ */
+export function assertBlockSeconds(
+  blockSeconds: unknown,
+  policy: BucketPolicy | undefined,
+  dynamic: boolean,
+  where: string,
+  label = '@RateLimit',
+): void {
+  if (typeof blockSeconds !== 'number' || !Number.isFinite(blockSeconds) || blockSeconds <= 0 || blockSeconds > MAX_WINDOW_SECONDS) {
+    throw new Error(`${label} blockSeconds must be a number > 0 and at most ${MAX_WINDOW_SECONDS} (got ${describe(blockSeconds)}) on ${where}`);
+  }
+  if (!dynamic && policy !== undefined && blockSeconds * policy.refillPerSecond > MAX_CAPACITY) {
+    throw new Error(
+      `${label} blockSeconds * refillPerSecond must be at most ${MAX_CAPACITY} tokens (got ${Number((blockSeconds * policy.refillPerSecond).toPrecision(6))}) on ${where}`,
+    );
+  }
+}
+
+/** The per-request parts of a policy, checked for shape; undefined when every number is fixed. */
+function compileDynamic(policy: RateLimitPolicy, route: string, label: string): DynamicLimits | undefined {
+  const { capacity, refillPerSecond, cost, resolve } = policy;
+  if (resolve !== undefined) {
+    if (typeof resolve !== 'function' || typeof resolve.prototype?.resolve !== 'function') {
+      throw new Error(`${label} resolve must be a class with a resolve(identity, context) method (got ${describe(resolve)}) on ${route}`);
+    }
+    if (typeof capacity === 'function' || typeof refillPerSecond === 'function') {
+      throw new Error(`${label} with resolve takes numbers, not functions, for capacity and refillPerSecond (its fallback) on ${route}`);
+    }
+    let fallback: (BucketPolicy & { cost: number }) | undefined;
+    if (capacity !== undefined || refillPerSecond !== undefined) {
+      assertBucketPolicy({ capacity, refillPerSecond } as BucketPolicy, `${route} (fallback of resolve)`, label);
+      const fallbackCost = typeof cost === 'number' ? cost : 1;
+      assertCost(fallbackCost, capacity as number, `${route} (fallback of resolve)`, label);
+      fallback = { capacity: capacity as number, refillPerSecond: refillPerSecond as number, cost: fallbackCost };
+    }
+    if (cost !== undefined && typeof cost !== 'function') assertCost(cost, fallback?.capacity ?? MAX_CAPACITY, route, label);
+    return { resolve, cost: typeof cost === 'function' ? cost : undefined, fallback };
+  }
+  if (typeof capacity !== 'function' && typeof refillPerSecond !== 'function' && typeof cost !== 'function') return undefined;
+  // Mixed: the fixed numbers are checked now, the functions' answers per request.
+  if (typeof capacity !== 'function' && (typeof capacity !== 'number' || !Number.isInteger(capacity) || capacity < 1 || capacity > MAX_CAPACITY)) {
+    throw new Error(`${label} capacity must be an integer from 1 to ${MAX_CAPACITY} or a function (got ${describe(capacity)}) on ${route}`);
+  }
+  if (typeof refillPerSecond !== 'function' && (typeof refillPerSecond !== 'number' || !Number.isFinite(refillPerSecond) || refillPerSecond <= 0)) {
+    throw new Error(`${label} refillPerSecond must be a finite number > 0 or a function (got ${describe(refillPerSecond)}) on ${route}`);
+  }
+  if (cost !== undefined && typeof cost !== 'function' && (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1)) {
+    throw new Error(`${label} cost must be an integer >= 1 or a function (got ${describe(cost)}) on ${route}`);
+  }
+  const fixed = (value: unknown) => () => value as number;
+  return {
+    capacity: typeof capacity === 'function' ? capacity : fixed(capacity),
+    refillPerSecond: typeof refillPerSecond === 'function' ? refillPerSecond : fixed(refillPerSecond),
+    cost: typeof cost === 'function' ? cost : fixed(cost ?? 1),
+    fallback: undefined,
   };
 }

@@ -202,7 +202,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
 
   /** Returns what phase 1 took; the verdict it answers describes the buckets after the refund, as refused. */
   private async giveBack(take: GuardTake): Promise<Verdict> {
-    const tokens = await this.buckets.refund(take.requests, take.verdict.source);
+    const tokens = await this.buckets.giveBack(take.requests, take.verdict.source);
     const decisions = take.requests.map((request, i) =>
       tokens === undefined
         ? { ...take.verdict.decisions[i], allowed: false, retryAfterSeconds: 0 }
