@@ -237,6 +237,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
         capacity: policy.capacity,
         refillPerSecond: policy.refillPerSecond,
         cost: policy.cost,
+        blockSeconds: policy.blockSeconds,
       };
     }
     return requests;
