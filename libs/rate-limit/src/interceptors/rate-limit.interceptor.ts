@@ -13,8 +13,9 @@ import type { RouteLimiter } from '../routes/route-limiter.js';
 
 /**
  * Runs after the app's guards: decides the policies that need what those guards establish
- * (`phase: 'after-guards'`: the user, a verified API key, keyBy functions), gives back the guard's take
- * if one of them refuses, and writes the headers of allowed responses.
+ * (`phase: 'after-guards'`: the user, a verified API key, keyBy functions, per-request numbers), gives
+ * back the guard's take if one of them refuses, and writes the headers of allowed responses. After the
+ * handler, it gives back the tokens of policies whose `refundOn` matches the outcome.
  *
  * `@RateLimit()` applies it where a policy may need it (any keyBy but `'ip'`), and `RateLimitModule`
  * registers it globally only when module `defaults` need it: unlimited and IP-only routes never pay for it.
@@ -32,7 +33,10 @@ export class RateLimitInterceptor implements NestInterceptor, OnModuleInit {
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>> {
     this.limiter ??= findRouteLimiter(this.moduleRef, 'RateLimitInterceptor');
-    const decided = this.limiter.afterGuards(context);
-    return decided === undefined ? next.handle() : decided.then(() => next.handle());
+    const limiter = this.limiter;
+    const decided = limiter.afterGuards(context);
+    return decided === undefined
+      ? limiter.afterHandler(context, next.handle())
+      : decided.then(() => limiter.afterHandler(context, next.handle()));
   }
 }

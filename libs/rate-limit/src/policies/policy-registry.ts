@@ -19,12 +19,21 @@ export interface RoutePlan {
   afterGuards: readonly CompiledPolicy[];
   /** Position in `policies` of each policy of `beforeGuards`, then of each of `afterGuards`. */
   order: readonly number[];
+  /** A policy has `refundOn`: the interceptor looks at the outcome. */
+  refunds: boolean;
 }
 
 function toPlan(route: string, policies: CompiledPolicy[]): RoutePlan {
   const before = policies.filter((p) => p.phase === 'before-guards');
   const after = policies.filter((p) => p.phase === 'after-guards');
-  return { route, policies, beforeGuards: before, afterGuards: after, order: [...before, ...after].map((p) => policies.indexOf(p)) };
+  return {
+    route,
+    policies,
+    beforeGuards: before,
+    afterGuards: after,
+    order: [...before, ...after].map((p) => policies.indexOf(p)),
+    refunds: policies.some((p) => p.refundOn !== undefined),
+  };
 }
 
 /**

@@ -1,5 +1,6 @@
 import {
   type ExecutionContext,
+  HttpException,
   Inject,
   Injectable,
   Logger,
@@ -8,7 +9,12 @@ import {
   ServiceUnavailableException,
 } from '@nestjs/common';
 import { GUARDS_METADATA, INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
-import { ApplicationConfig, ModulesContainer } from '@nestjs/core';
+import { ApplicationConfig, ModuleRef, ModulesContainer } from '@nestjs/core';
+import { catchError, mergeMap, type Observable } from 'rxjs';
+import { RateLimitEvents } from '../events/rate-limit-events.js';
+import type { RateLimitIdentity } from '../rate-limit.interfaces.js';
+import { AddressList } from './allow-list.js';
+import { PolicyNumbers } from './policy-numbers.js';
 import { BucketService, type Verdict, type VerdictSource } from '../bucket/bucket.service.js';
 import { Deadlines, RateLimitTimeoutError } from '../bucket/with-timeout.js';
 import { type BucketRequest, toDecision } from '../bucket/token-bucket.js';
@@ -32,16 +38,29 @@ export interface RequestHooks {
 
 /** What the limiter leaves on the request, under `RATE_LIMIT_VERDICT`, for code that runs after it. */
 export interface RateLimitState {
-  /** The policies decided so far: those of the guard, then (after the interceptor) all of the route's. */
+  /**
+   * The enforced policies decided so far (skipped ones left out; per-request numbers filled in): those
+   * of the guard, then (after the interceptor) all of the route's.
+   */
   policies: readonly CompiledPolicy[];
   /** The verdict over `policies`; undefined while none has been decided. */
   verdict: Verdict | undefined;
+  /** Shadow policies (`enforce: false`) decided so far, and their verdict: what enforcing them would have done. */
+  shadow: { policies: readonly CompiledPolicy[]; verdict: Verdict } | undefined;
 }
 
-/** The guard's take, kept so that a refusal after the app's guards can give it back. */
-interface GuardTake {
+/** The policies one phase decided, each with its bucket request and its position among the route's policies. */
+interface Decided {
+  policies: CompiledPolicy[];
   requests: BucketRequest[];
+  positions: number[];
   verdict: Verdict;
+}
+
+/** What one phase took: enforced and shadow policies are decided apart (a shadow refusal never refuses). */
+interface PhaseTake {
+  enforced: Decided | undefined;
+  shadow: Decided | undefined;
 }
 
 interface RequestState extends RateLimitState {
@@ -49,9 +68,19 @@ interface RequestState extends RateLimitState {
   hooks: RequestHooks;
   /** The guard instance that decided the first phase (`undefined`: the interceptor did, without a guard). */
   owner: object | undefined;
-  take: GuardTake | undefined;
+  before: PhaseTake | undefined;
+  after: PhaseTake | undefined;
   /** The interceptor has run: a second one on the same request does nothing. */
   settled: boolean;
+  /** The client is on `allowList.ips`: nothing is decided. Undefined until checked. */
+  exempt: boolean | undefined;
+  /** Refunds by outcome have been given (once per request). */
+  refunded: boolean;
+}
+
+/** A request's identity for one policy: what kind, its value (for resolvers and allow-lists), and its part of the key. */
+interface Who extends RateLimitIdentity {
+  id: string;
 }
 
 /** The source a merged verdict reports: a failure of either phase wins, so headers never claim numbers nobody has. */
@@ -76,14 +105,20 @@ const SOURCE_RANK: Record<VerdictSource, number> = { store: 0, cache: 1, local: 
 @Injectable()
 export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   private readonly logger = new ThrottledLogger('RateLimit');
+  /** What shadow policies would have refused: logged apart, so that failures do not hide it. */
+  private readonly shadowLogger = new ThrottledLogger('RateLimit');
   /** Mistakes of set-up are logged once per route (and policy), each: they do not repeat per request. */
   private readonly setupLogger = new Logger('RateLimit');
   private readonly said = new Set<string>();
   private readonly hash: Digest;
   /** Identities as the module options define them; `RateLimitGuard` subclasses override them. */
   readonly defaultHooks: RequestHooks;
-  /** An asynchronous hook (`keys.apiKey`, a keyBy function) gets `timeoutMs`, like the store. */
+  /** An asynchronous hook (`keys.apiKey`, a keyBy function, skipIf, per-request numbers) gets `timeoutMs`, like the store. */
   private readonly hookDeadlines: Deadlines;
+  private readonly allowedIps: AddressList;
+  private readonly numbers: PolicyNumbers;
+  /** Per-policy work beyond the plain path: skips, allow-listed identities, per-request numbers, shadow mode. */
+  private readonly plainPolicies = new WeakMap<readonly CompiledPolicy[], boolean>();
 
   constructor(
     private readonly registry: PolicyRegistry,
@@ -92,9 +127,15 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     @Inject(RATE_LIMIT_OPTIONS) readonly options: ResolvedRateLimitOptions,
     private readonly modules: ModulesContainer,
     private readonly config: ApplicationConfig,
+    private readonly events: RateLimitEvents,
+    moduleRef: ModuleRef,
   ) {
     this.hash = createDigest(options.secret);
     this.hookDeadlines = new Deadlines(options.timeoutMs);
+    this.allowedIps = new AddressList(options.allowList.ips);
+    this.numbers = new PolicyNumbers(moduleRef, this.hookDeadlines, options.resolverCacheMs, (key, message) =>
+      this.once(key, message),
+    );
     const apiKeyHeader = options.apiKeyHeader;
     this.defaultHooks = {
       getIp: (request) => request.ip ?? request.socket?.remoteAddress,
@@ -116,8 +157,14 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   }
 
   /** Global guards and interceptors are all known by now, `useGlobalGuards()` ones included. */
-  onApplicationBootstrap(): void {
+  async onApplicationBootstrap(): Promise<void> {
     if (!this.options.guard) this.assertEveryLimitedRouteRuns();
+    // Every resolver is built now: one Nest cannot build stops the start, naming its route.
+    for (const { plan } of this.registry.routes()) {
+      for (const policy of plan?.policies ?? []) {
+        if (policy.dynamic?.resolve) await this.numbers.resolver(policy.dynamic.resolve, plan!.route);
+      }
+    }
   }
 
   /** Phase 1, in `RateLimitGuard`. `owner` is the guard instance: a second guard on the same request decides nothing. */
@@ -134,6 +181,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     }
     const state = newState(plan, hooks, owner);
     request[RATE_LIMIT_VERDICT] = state;
+    if (this.isExempt(state, request)) return true;
     if (plan.beforeGuards.length === 0) return true;
     return this.decideBefore(context, state, request, http.getResponse()).then(() => true);
   }
@@ -150,7 +198,31 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     if (state === undefined) return this.withoutGuard(context, plan, request, response);
     if (state.settled) return undefined;
     state.settled = true;
+    if (state.exempt) return undefined;
     return this.decideAfter(context, state, request, response);
+  }
+
+  /**
+   * After the handler, in `RateLimitInterceptor`: gives back the tokens of policies whose `refundOn`
+   * matches the outcome, before the response is sent, and updates its headers. `stream` unchanged when
+   * nothing on the request can be refunded.
+   */
+  afterHandler(context: ExecutionContext, stream: Observable<unknown>): Observable<unknown> {
+    if (context.getType() !== 'http') return stream;
+    const http = context.switchToHttp();
+    const state: RequestState | undefined = http.getRequest()[RATE_LIMIT_VERDICT];
+    if (state === undefined || !state.plan.refunds || state.refunded) return stream;
+    const response = http.getResponse();
+    return stream.pipe(
+      mergeMap(async (value) => {
+        await this.refundByOutcome(state, response, statusOf(response), undefined);
+        return value;
+      }),
+      catchError(async (error: unknown) => {
+        await this.refundByOutcome(state, response, error instanceof HttpException ? error.getStatus() : 500, error);
+        throw error;
+      }),
+    );
   }
 
   /** No `RateLimitGuard` ran (`guard: false` and none placed on this route): both phases here, and say so once. */
@@ -164,44 +236,187 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     }
     const state = newState(plan, this.defaultHooks, undefined);
     request[RATE_LIMIT_VERDICT] = state;
+    if (this.isExempt(state, request)) return;
     if (plan.beforeGuards.length > 0) await this.decideBefore(context, state, request, response);
     if (state.settled) return;
     state.settled = true;
     return this.decideAfter(context, state, request, response);
   }
 
+  /** `allowList.ips`: checked once per request, before anything is decided. */
+  private isExempt(state: RequestState, request: any): boolean {
+    if (this.allowedIps.empty) return (state.exempt = false);
+    return (state.exempt = this.allowedIps.has(state.hooks.getIp(request)));
+  }
+
   private async decideBefore(context: ExecutionContext, state: RequestState, request: any, response: unknown): Promise<void> {
     const { plan } = state;
-    const requests = await this.bucketRequests(context, request, plan, plan.beforeGuards, state.hooks);
-    const verdict = await this.buckets.decide(requests);
-    state.take = { requests, verdict };
-    state.policies = plan.beforeGuards;
-    state.verdict = verdict;
-    if (!verdict.allowed) this.refuse(context, response, state, verdict);
+    const take = await this.decidePhase(context, state, request, plan.beforeGuards, 0);
+    state.before = take;
+    this.publish(state, take, undefined, context);
+    const verdict = take.enforced?.verdict;
+    if (verdict !== undefined && !verdict.allowed) this.refuse(context, response, state, verdict);
     if (plan.afterGuards.length === 0) {
       // Nothing is left for after the app's guards: the route's verdict is final, and its headers go now.
       state.settled = true;
-      this.headers.write(response, state.policies, verdict);
+      if (verdict !== undefined) this.headers.write(response, state.policies, verdict);
     }
   }
 
   private async decideAfter(context: ExecutionContext, state: RequestState, request: any, response: unknown): Promise<void> {
-    const { plan, take } = state;
-    const requests = await this.bucketRequests(context, request, plan, plan.afterGuards, state.hooks);
-    const after = await this.buckets.decide(requests);
-    let before = take?.verdict;
-    if (!after.allowed && take !== undefined && take.verdict.allowed) {
-      before = await this.giveBack(take);
+    const { plan } = state;
+    const take = await this.decidePhase(context, state, request, plan.afterGuards, plan.beforeGuards.length);
+    state.after = take;
+    const after = take.enforced;
+    const first = state.before?.enforced;
+    if (after !== undefined && !after.verdict.allowed && first !== undefined && first.verdict.allowed) {
+      first.verdict = await this.giveBack(first);
     }
-    const verdict = before === undefined ? after : merge(plan, before, after);
-    state.policies = before === undefined ? plan.afterGuards : plan.policies;
-    state.verdict = verdict;
+    this.publish(state, state.before, take, context);
+    const verdict = state.verdict;
+    if (verdict === undefined) return;
     if (!verdict.allowed) this.refuse(context, response, state, verdict);
     this.headers.write(response, state.policies, verdict);
   }
 
+  /**
+   * Decides one phase's policies: skips what `skipIf` and the allow-list exempt, computes per-request
+   * numbers, and asks the store once for the enforced policies and once (at the same time) for the
+   * shadow ones. `offset` is the phase's first position in `plan.order`.
+   */
+  private async decidePhase(
+    context: ExecutionContext,
+    state: RequestState,
+    request: any,
+    policies: readonly CompiledPolicy[],
+    offset: number,
+  ): Promise<PhaseTake> {
+    const { plan, hooks } = state;
+    if (policies.length === 0) return NOTHING;
+    if (this.options.skipIf !== undefined && (await this.says(this.options.skipIf, context, 'skipIf (module)'))) return NOTHING;
+    const plain = this.isPlain(policies);
+    const enforced = newDecided();
+    let shadow: Decided | undefined;
+    for (let i = 0; i < policies.length; i++) {
+      let policy = policies[i];
+      if (policy.skipIf !== undefined && (await this.says(policy.skipIf, context, `skipIf of ${policy.scope}`))) continue;
+      const found = this.identityOf(context, request, plan, policy, hooks);
+      const who = 'then' in found ? await found : found;
+      if (!plain && this.allowListed(who)) continue;
+      if (policy.dynamic !== undefined) {
+        const numbers = await this.numbers.numbersOf(context, plan.route, policy, who);
+        policy = { ...policy, capacity: numbers.capacity, refillPerSecond: numbers.refillPerSecond, cost: numbers.cost };
+      }
+      const into = policy.enforce ? enforced : (shadow ??= newDecided());
+      into.policies.push(policy);
+      into.positions.push(plan.order[offset + i]);
+      into.requests.push({
+        key: routeKey(this.options.keyPrefix, who.id, policy.keySuffix),
+        capacity: policy.capacity,
+        refillPerSecond: policy.refillPerSecond,
+        cost: policy.cost,
+        blockSeconds: policy.blockSeconds,
+      });
+    }
+    const hasEnforced = enforced.requests.length > 0;
+    if (plain) {
+      // Every policy decided as written: keep the route's own list, whose header text is built once.
+      enforced.policies = policies as CompiledPolicy[];
+      enforced.verdict = await this.buckets.decide(enforced.requests);
+      return { enforced, shadow: undefined };
+    }
+    const [enforcedVerdict, shadowVerdict] = await Promise.all([
+      hasEnforced ? this.buckets.decide(enforced.requests) : undefined,
+      shadow !== undefined ? this.buckets.decide(shadow.requests) : undefined,
+    ]);
+    if (enforcedVerdict !== undefined) enforced.verdict = enforcedVerdict;
+    if (shadow !== undefined) {
+      shadow.verdict = shadowVerdict!;
+      if (!shadow.verdict.allowed) this.shadowRefused(plan, shadow);
+    }
+    return { enforced: hasEnforced ? enforced : undefined, shadow };
+  }
+
+  /** Whether a phase's policies take the plain path: no skips, no per-request numbers, no shadow, no allow-listed identities. */
+  private isPlain(policies: readonly CompiledPolicy[]): boolean {
+    let plain = this.plainPolicies.get(policies);
+    if (plain === undefined) {
+      const lists = this.options.allowList.users.size > 0 || this.options.allowList.apiKeys.size > 0;
+      plain = !lists && policies.every((p) => p.skipIf === undefined && p.dynamic === undefined && p.enforce);
+      this.plainPolicies.set(policies, plain);
+    }
+    return plain;
+  }
+
+  private allowListed(who: Who): boolean {
+    const { users, apiKeys } = this.options.allowList;
+    return (who.kind === 'user' && users.has(who.value)) || (who.kind === 'apiKey' && apiKeys.has(who.value));
+  }
+
+  /** The state after a phase: the enforced policies and verdict so far (both phases merged), the shadow ones, and the events. */
+  private publish(
+    state: RequestState,
+    before: PhaseTake | undefined,
+    after: PhaseTake | undefined,
+    context: ExecutionContext | undefined,
+  ): void {
+    const a = before?.enforced;
+    const b = after?.enforced;
+    if (a !== undefined && b !== undefined) {
+      const merged = mergeDecided(state.plan, a, b);
+      state.policies = merged.policies;
+      state.verdict = merged.verdict;
+    } else if (a !== undefined || b !== undefined) {
+      const only = (a ?? b)!;
+      state.policies = only.policies;
+      state.verdict = only.verdict;
+    }
+    const sa = before?.shadow;
+    const sb = after?.shadow;
+    if (sa !== undefined || sb !== undefined) {
+      const merged = sa !== undefined && sb !== undefined ? mergeDecided(state.plan, sa, sb) : (sa ?? sb)!;
+      state.shadow = { policies: merged.policies, verdict: merged.verdict };
+    }
+    if (context !== undefined && this.events.decisionsWatched) {
+      // Each policy is reported once, by the phase that decided it.
+      const take = after ?? before;
+      if (take !== undefined) this.report(state, take, context);
+    }
+  }
+
+  private report(state: RequestState, take: PhaseTake, context: ExecutionContext): void {
+    for (const [decided, shadow] of [
+      [take.enforced, false],
+      [take.shadow, true],
+    ] as const) {
+      if (decided === undefined) continue;
+      const { verdict } = decided;
+      decided.policies.forEach((policy, i) => {
+        const decision = verdict.decisions[i];
+        this.events.decision({
+          route: state.plan.route,
+          scope: policy.scope,
+          outcome: verdict.allowed ? 'allowed' : shadow ? 'shadow-denied' : 'denied',
+          source: verdict.source,
+          limit: decision.limit,
+          remaining: decision.remaining,
+          retryAfterSeconds: decision.retryAfterSeconds,
+          context,
+        });
+      });
+    }
+  }
+
+  private shadowRefused(plan: RoutePlan, shadow: Decided): void {
+    const short = shadow.policies.filter((_, i) => shadow.verdict.decisions[i].retryAfterSeconds > 0).map((p) => p.scope);
+    this.shadowLogger.warn(
+      `Shadow policy ${short.join(', ') || shadow.policies.map((p) => p.scope).join(', ')} on ${plan.route} would have refused a request ` +
+        `(retry after ${longestWait(shadow.verdict)} s); it went on (enforce: false)`,
+    );
+  }
+
   /** Returns what phase 1 took; the verdict it answers describes the buckets after the refund, as refused. */
-  private async giveBack(take: GuardTake): Promise<Verdict> {
+  private async giveBack(take: Decided): Promise<Verdict> {
     const tokens = await this.buckets.giveBack(take.requests, take.verdict.source);
     const decisions = take.requests.map((request, i) =>
       tokens === undefined
@@ -209,6 +424,50 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
         : toDecision(request, tokens[i], request.cost, false),
     );
     return { allowed: false, source: take.verdict.source, decisions };
+  }
+
+  /**
+   * Refunds by outcome: for each decided policy that took tokens and whose `refundOn` matches, the tokens
+   * go back (one store call per phase and kind); the headers are written again from the buckets after
+   * the refund, unless the response has gone.
+   */
+  private async refundByOutcome(state: RequestState, response: any, status: number, error: unknown): Promise<void> {
+    if (state.refunded) return;
+    state.refunded = true;
+    let changed = false;
+    for (const take of [state.before, state.after]) {
+      for (const decided of [take?.enforced, take?.shadow]) {
+        if (decided === undefined || !decided.verdict.allowed) continue;
+        const picked: number[] = [];
+        decided.policies.forEach((policy, i) => {
+          if (policy.refundOn !== undefined && this.matches(policy, status, error, state.plan)) picked.push(i);
+        });
+        if (picked.length === 0) continue;
+        const requests = picked.map((i) => decided.requests[i]);
+        const tokens = await this.buckets.giveBack(requests, decided.verdict.source);
+        if (tokens === undefined || decided === take?.shadow) continue;
+        const decisions = decided.verdict.decisions.slice();
+        picked.forEach((i, j) => (decisions[i] = toDecision(decided.requests[i], tokens[j], decided.requests[i].cost, true)));
+        decided.verdict = { ...decided.verdict, decisions };
+        changed = true;
+      }
+    }
+    if (!changed) return;
+    this.publish(state, state.before, state.after, undefined);
+    if (state.verdict !== undefined && !headersSent(response)) this.headers.write(response, state.policies, state.verdict);
+  }
+
+  private matches(policy: CompiledPolicy, status: number, error: unknown, plan: RoutePlan): boolean {
+    const failed = error !== undefined || status >= 400;
+    const { refundOn } = policy;
+    if (refundOn === 'success') return !failed;
+    if (refundOn === 'failure') return failed;
+    try {
+      return refundOn!(status, error) === true;
+    } catch (thrown) {
+      this.logger.warn(`refundOn of ${policy.scope} on ${plan.route} threw (${describeError(thrown)}); nothing refunded`);
+      return false;
+    }
   }
 
   private refuse(context: ExecutionContext, response: unknown, state: RequestState, verdict: Verdict): never {
@@ -220,27 +479,14 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     return state.hooks.throwRateLimitException(context, verdict);
   }
 
-  private async bucketRequests(
-    context: ExecutionContext,
-    request: any,
-    plan: RoutePlan,
-    policies: readonly CompiledPolicy[],
-    hooks: RequestHooks,
-  ): Promise<BucketRequest[]> {
-    const requests = new Array<BucketRequest>(policies.length);
-    for (let i = 0; i < policies.length; i++) {
-      const policy = policies[i];
-      const found = this.identityOf(context, request, plan, policy, hooks);
-      const id = typeof found === 'string' ? found : await found;
-      requests[i] = {
-        key: routeKey(this.options.keyPrefix, id, policy.keySuffix),
-        capacity: policy.capacity,
-        refillPerSecond: policy.refillPerSecond,
-        cost: policy.cost,
-        blockSeconds: policy.blockSeconds,
-      };
+  /** A `skipIf` hook's answer: true skips. One that throws or hangs skips nothing (and is logged). */
+  private async says(hook: (context: ExecutionContext) => boolean | Promise<boolean>, context: ExecutionContext, name: string): Promise<boolean> {
+    try {
+      return (await this.bounded(hook(context))) === true;
+    } catch (error) {
+      this.logger.warn(`${name} ${failure(error)}; the policy is applied`);
+      return false;
     }
-    return requests;
   }
 
   /** The identity whose bucket a policy drains. A missing user or API key, or a failing hook, falls back to the IP. */
@@ -250,9 +496,9 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     plan: RoutePlan,
     policy: CompiledPolicy,
     hooks: RequestHooks,
-  ): string | Promise<string> {
+  ): Who | Promise<Who> {
     const { keyBy } = policy;
-    if (keyBy === 'ip') return ipIdentity(hooks.getIp(request));
+    if (keyBy === 'ip') return ipWho(hooks.getIp(request));
     if (keyBy === 'user') {
       let user: unknown;
       try {
@@ -261,7 +507,8 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
         this.logger.warn(`keys.user threw (${describeError(error)}); using the IP bucket`);
       }
       if ((typeof user === 'string' && user !== '') || (typeof user === 'number' && Number.isFinite(user))) {
-        return identity('user', String(user), this.hash);
+        const value = String(user);
+        return { kind: 'user', value, id: identity('user', value, this.hash) };
       }
       this.once(
         `nouser|${plan.route}|${policy.scope}`,
@@ -269,20 +516,22 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
           `gave ${user === '' ? 'an empty string' : String(user)}): those requests are limited by IP. If the route is ` +
           'meant for signed-in users, put your auth guard on it (the policy is decided after it)',
       );
-      return ipIdentity(hooks.getIp(request));
+      return ipWho(hooks.getIp(request));
     }
     if (keyBy === 'apiKey') return this.apiKeyIdentity(request, hooks);
     return this.functionIdentity(context, request, keyBy, hooks);
   }
 
-  private async apiKeyIdentity(request: any, hooks: RequestHooks): Promise<string> {
+  private async apiKeyIdentity(request: any, hooks: RequestHooks): Promise<Who> {
     let key: unknown;
     try {
       key = await this.bounded(hooks.getApiKey(request));
     } catch (error) {
       this.logger.warn(`keys.apiKey ${failure(error)}; using the IP bucket`);
     }
-    return typeof key === 'string' && key !== '' ? apiKeyIdentity(key, this.hash) : ipIdentity(hooks.getIp(request));
+    return typeof key === 'string' && key !== ''
+      ? { kind: 'apiKey', value: key, id: apiKeyIdentity(key, this.hash) }
+      : ipWho(hooks.getIp(request));
   }
 
   private async functionIdentity(
@@ -290,16 +539,16 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     request: any,
     keyBy: (context: ExecutionContext) => string | Promise<string>,
     hooks: RequestHooks,
-  ): Promise<string> {
+  ): Promise<Who> {
     const name = keyBy.name || '(anonymous)';
     try {
       const value: unknown = await this.bounded(keyBy(context));
-      if (typeof value === 'string' && value !== '') return identity('id', value, this.hash);
+      if (typeof value === 'string' && value !== '') return { kind: 'custom', value, id: identity('id', value, this.hash) };
       this.logger.warn(`keyBy function ${name} returned ${value === '' ? 'an empty string' : typeof value}; using the IP bucket`);
     } catch (error) {
       this.logger.warn(`keyBy function ${name} ${failure(error)}; using the IP bucket`);
     }
-    return ipIdentity(hooks.getIp(request));
+    return ipWho(hooks.getIp(request));
   }
 
   /** A hook's answer, or a `RateLimitTimeoutError` once it has taken `timeoutMs`: a hung lookup must not hang the request. */
@@ -373,16 +622,66 @@ function isOurs(enhancer: unknown): boolean {
 }
 
 function newState(plan: RoutePlan, hooks: RequestHooks, owner: object | undefined): RequestState {
-  return { plan, hooks, owner, take: undefined, settled: false, policies: [], verdict: undefined };
+  return {
+    plan,
+    hooks,
+    owner,
+    before: undefined,
+    after: undefined,
+    settled: false,
+    exempt: undefined,
+    refunded: false,
+    policies: [],
+    verdict: undefined,
+    shadow: undefined,
+  };
 }
 
-/** Both phases' verdicts as one, in the order the route's policies are written. */
-function merge(plan: RoutePlan, before: Verdict, after: Verdict): Verdict {
-  const decisions = new Array(plan.policies.length);
-  const parts = [...before.decisions, ...after.decisions];
-  plan.order.forEach((position, i) => (decisions[position] = parts[i]));
-  const source = SOURCE_RANK[before.source] >= SOURCE_RANK[after.source] ? before.source : after.source;
-  return { allowed: before.allowed && after.allowed, source, decisions };
+/** A phase with nothing to decide. */
+const NOTHING: PhaseTake = { enforced: undefined, shadow: undefined };
+
+function newDecided(): Decided {
+  return { policies: [], requests: [], positions: [], verdict: undefined as unknown as Verdict };
+}
+
+function ipWho(address: string | undefined): Who {
+  const id = ipIdentity(address);
+  return { kind: 'ip', value: id.slice(3), id };
+}
+
+/**
+ * Both phases' decisions as one, in the order the route's policies are written. When both phases
+ * decided every policy as written, the route's own list is reused (its header text is built once).
+ */
+function mergeDecided(plan: RoutePlan, before: Decided, after: Decided): Decided {
+  const allowed = before.verdict.allowed && after.verdict.allowed;
+  const source = SOURCE_RANK[before.verdict.source] >= SOURCE_RANK[after.verdict.source] ? before.verdict.source : after.verdict.source;
+  const parts = [...before.verdict.decisions, ...after.verdict.decisions];
+  const positions = [...before.positions, ...after.positions];
+  const requests = [...before.requests, ...after.requests];
+  if (before.policies === plan.beforeGuards && after.policies === plan.afterGuards) {
+    const decisions = new Array(plan.policies.length);
+    plan.order.forEach((position, i) => (decisions[position] = parts[i]));
+    return { policies: plan.policies as CompiledPolicy[], requests, positions, verdict: { allowed, source, decisions } };
+  }
+  const policies = [...before.policies, ...after.policies];
+  const order = positions.map((_, i) => i).sort((x, y) => positions[x] - positions[y]);
+  return {
+    policies: order.map((i) => policies[i]),
+    requests: order.map((i) => requests[i]),
+    positions: order.map((i) => positions[i]),
+    verdict: { allowed, source, decisions: order.map((i) => parts[i]) },
+  };
+}
+
+/** The status of a response the handler has not sent yet (Express `res`, Fastify `reply`). */
+function statusOf(response: any): number {
+  const status = response?.statusCode;
+  return typeof status === 'number' ? status : 200;
+}
+
+function headersSent(response: any): boolean {
+  return response?.headersSent === true || response?.sent === true;
 }
 
 /** The wait the 429 announces: the longest of the buckets that refused. */
