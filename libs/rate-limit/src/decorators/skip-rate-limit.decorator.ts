@@ -1,5 +1,20 @@
 import { SetMetadata } from '@nestjs/common';
 import { RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 
-/** Exempts a controller or handler from rate limiting, module `defaults` included. */
-export const SkipRateLimit = (skip = true) => SetMetadata(RATE_LIMIT_SKIP, skip);
+/**
+ * Exempts a controller or handler from rate limiting, module `defaults` included. With names, only the
+ * policies of those names are skipped (`@SkipRateLimit('burst')`); a name that no policy of the handler
+ * has stops the application at start-up. `@SkipRateLimit(false)` on a handler undoes its controller's skip.
+ */
+export function SkipRateLimit(skip?: boolean): ClassDecorator & MethodDecorator;
+export function SkipRateLimit(...names: string[]): ClassDecorator & MethodDecorator;
+export function SkipRateLimit(...args: unknown[]): ClassDecorator & MethodDecorator {
+  if (args.length === 0) return SetMetadata(RATE_LIMIT_SKIP, true);
+  if (args.length === 1 && typeof args[0] === 'boolean') return SetMetadata(RATE_LIMIT_SKIP, args[0]);
+  for (const name of args) {
+    if (typeof name !== 'string' || name === '') {
+      throw new Error(`@SkipRateLimit() takes policy names (non-empty strings) or one boolean (got ${JSON.stringify(args)})`);
+    }
+  }
+  return SetMetadata(RATE_LIMIT_SKIP, args as string[]);
+}

@@ -84,15 +84,29 @@ export class PolicyRegistry implements OnModuleInit {
 
   private resolve(controller: Function, handler: Function): RoutePlan | null {
     const route = `${controller.name}.${handler.name}`;
-    if (Reflect.getMetadata(RATE_LIMIT_SKIP, handler) === true) return null;
+    const handlerSkip: unknown = Reflect.getMetadata(RATE_LIMIT_SKIP, handler);
+    const controllerSkip: unknown = Reflect.getMetadata(RATE_LIMIT_SKIP, controller);
+    if (handlerSkip === true) return null;
     const policies: RateLimitPolicy[] | undefined =
       Reflect.getOwnMetadata(RATE_LIMIT_POLICIES, handler) ??
-      (Reflect.getMetadata(RATE_LIMIT_SKIP, controller) === true
-        ? []
-        : Reflect.getMetadata(RATE_LIMIT_POLICIES, controller));
+      (controllerSkip === true && handlerSkip !== false ? [] : Reflect.getMetadata(RATE_LIMIT_POLICIES, controller));
     const chosen = policies ?? this.options.defaults;
     if (chosen.length === 0) return null;
-    return toPlan(route, this.compile(chosen, route, policies === undefined));
+    let compiled = this.compile(chosen, route, policies === undefined);
+    // @SkipRateLimit('name'): those policies are left out here. A name on the handler must exist.
+    const skipped = new Set([...(Array.isArray(handlerSkip) ? handlerSkip : []), ...(Array.isArray(controllerSkip) ? controllerSkip : [])]);
+    if (skipped.size > 0) {
+      for (const name of Array.isArray(handlerSkip) ? (handlerSkip as string[]) : []) {
+        if (!compiled.some((p) => p.scope === name)) {
+          throw new Error(
+            `@SkipRateLimit('${name}') on ${route}: no policy of that name applies there (its policies: ${compiled.map((p) => p.scope).join(', ')})`,
+          );
+        }
+      }
+      compiled = compiled.filter((p) => !skipped.has(p.scope));
+      if (compiled.length === 0) return null;
+    }
+    return toPlan(route, compiled);
   }
 
   private compile(chosen: readonly RateLimitPolicy[], route: string, defaults: boolean): CompiledPolicy[] {
