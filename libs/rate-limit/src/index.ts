@@ -6,12 +6,26 @@ export {
 } from './rate-limit.module-definition.js';
 export type {
   FailureMode,
+  RateLimitAllowList,
   RateLimitKeyOptions,
   RateLimitModuleOptions,
   ResolvedRateLimitOptions,
   StandardHeaders,
 } from './rate-limit.options.js';
-export type { BucketDecision, BucketPolicy, KeyBy, PolicyPhase, RateLimitPolicy } from './rate-limit.interfaces.js';
+export type {
+  BucketDecision,
+  BucketPolicy,
+  KeyBy,
+  PolicyNumber,
+  PolicyPhase,
+  RateLimitIdentity,
+  RateLimitPolicy,
+  RateLimitPolicyOptions,
+  RateLimitResolver,
+  RefundOn,
+  ResolvedLimits,
+} from './rate-limit.interfaces.js';
+export type { DecisionOutcome, RateLimitDecisionEvent } from './events/rate-limit-events.js';
 export { RateLimit } from './decorators/rate-limit.decorator.js';
 export { SkipRateLimit } from './decorators/skip-rate-limit.decorator.js';
 export {
@@ -25,6 +39,10 @@ export { RateLimitGuard } from './guards/rate-limit.guard.js';
 export { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
 export type { RateLimitState } from './routes/route-limiter.js';
 export type { CompiledPolicy } from './policies/policy.js';
+export type { RouteIdentity } from './keys/identity.js';
+export type { DecisionOutcome, RateLimitDecisionEvent } from './events/rate-limit-events.js';
+export { RateLimitMetrics } from './metrics/rate-limit-metrics.js';
+export { METER_NAME, RateLimitMetricAttributes, RateLimitMetricNames } from './metrics/metric-names.js';
 export { RateLimitException } from './rate-limit.exception.js';
 export { RateLimitTimeoutError } from './bucket/with-timeout.js';
 export { BucketStore, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';
