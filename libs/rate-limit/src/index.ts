@@ -40,7 +40,6 @@ export { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
 export type { RateLimitState } from './routes/route-limiter.js';
 export type { CompiledPolicy } from './policies/policy.js';
 export type { RouteIdentity } from './keys/identity.js';
-export type { DecisionOutcome, RateLimitDecisionEvent } from './events/rate-limit-events.js';
 export { RateLimitMetrics } from './metrics/rate-limit-metrics.js';
 export { METER_NAME, RateLimitMetricAttributes, RateLimitMetricNames } from './metrics/metric-names.js';
 export { RateLimitException } from './rate-limit.exception.js';
