@@ -110,6 +110,56 @@ describe('corrupted bucket state in Redis', () => {
     expect(await store.take([{ key, ...POLICY, cost: 1 }], { now: T0 + 1_000 })).toEqual({ allowed: true, tokens: [0] });
   });
 
+  describe('with a penalty (blockSeconds 30 at 1 token/s: tokens down to -30 are legal)', () => {
+    const PENALISED = { ...POLICY, blockSeconds: 30 };
+
+    it('keeps tokens a penalty can leave as they are: -29 refills to -28 after 1 s, nothing written', async () => {
+      const fields = { tokens: '-29', ts: String(T0), b: String(T0 + 30_000) };
+      const key = await corrupted(fields);
+      await client.pexpire(key, 60_000);
+      expect(await store.take([{ key, ...PENALISED, cost: 1 }], { now: T0 + 1_000 })).toEqual({
+        allowed: false,
+        tokens: [-28],
+        penaltyMs: [29_000],
+      });
+      expect(await client.hgetall(key)).toEqual(fields);
+      expect(await store.take([{ key, ...PENALISED, cost: 1 }], { now: T0 + 1_000, dryRun: true })).toMatchObject({ tokens: [-28] });
+    });
+
+    it('keeps the lowest legal tokens (-30) too', async () => {
+      const key = await corrupted({ tokens: '-30', ts: String(T0), b: String(T0 + 30_000) });
+      expect(await store.take([{ key, ...PENALISED, cost: 1 }], { now: T0 + 1_000, dryRun: true })).toMatchObject({ tokens: [-29] });
+    });
+
+    it.each(['-30.5', '-1e300'])('repairs tokens below what a penalty can leave (%s) to 0, refilling from there', async (tokens) => {
+      const key = await corrupted({ tokens, ts: String(T0) });
+      expect(await store.take([{ key, ...PENALISED, cost: 1 }], { now: T0 + 1_000 })).toEqual({
+        allowed: true,
+        tokens: [0],
+        penaltyMs: [0],
+      });
+      expect(await client.hgetall(key)).toEqual({ tokens: '0', ts: String(T0 + 1_000) });
+      expect(await client.pttl(key)).toBeGreaterThan(TTL_MS - 1_000);
+    });
+
+    it('counts -inf tokens as a missing key (a full bucket) and a penalty end that is not a number as none', async () => {
+      const key = await corrupted({ tokens: '-inf', ts: String(T0), b: 'soon' });
+      expect(await store.take([{ key, ...PENALISED, cost: 1 }], { now: T0 })).toEqual({ allowed: true, tokens: [4], penaltyMs: [0] });
+      const other = await corrupted({ tokens: '0', ts: String(T0), b: 'nan' });
+      expect(await store.take([{ key: other, ...PENALISED, cost: 1 }], { now: T0 })).toEqual({
+        allowed: false,
+        tokens: [-29],
+        penaltyMs: [30_000],
+      });
+      expect(await client.hgetall(other)).toEqual({ tokens: '-29', ts: String(T0), b: String(T0 + 30_000) });
+    });
+
+    it('a policy without a penalty repairs the same negative tokens to 0, as always', async () => {
+      const key = await corrupted({ tokens: '-29', ts: String(T0), b: String(T0 + 30_000) });
+      expect(await store.take([{ key, ...POLICY, cost: 1 }], { now: T0 + 1_000 })).toEqual({ allowed: true, tokens: [0] });
+    });
+  });
+
   it('repairs every bucket of a multi-bucket refusal, and drains none of them', async () => {
     const frozen = await corrupted({ tokens: '-inf', ts: String(T0) });
     const future = await corrupted({ tokens: '0', ts: String(T0 + 3_600_000) });

@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { DENY_CACHE_MAX_ENTRIES } from '../rate-limit.constants.js';
 import type { TakeResult } from '../stores/bucket-store.interface.js';
-import type { BucketRequest } from './token-bucket.js';
+import type { BucketRequest, PenaltyReport } from './token-bucket.js';
 
 /**
  * Redis counts time in whole milliseconds (TIME, truncated), so between two decisions it can credit up
@@ -16,6 +16,8 @@ interface Entry {
   until: number;
   capacity: number;
   refillPerSecond: number;
+  /** Until when (this process' clock) a penalty the store reported surely runs; 0: none known. */
+  penaltyUntil: number;
 }
 
 /**
@@ -29,6 +31,12 @@ interface Entry {
  * It cannot see tokens that appear any other way: `reset()` on another instance, a key deleted or
  * evicted in Redis, or one bucket used with different policies by different callers. Those are denied
  * here at most until the bucket could have refilled, never longer.
+ *
+ * Penalties (`blockSeconds`): the store penalises a bucket that refuses a take unless a penalty already
+ * runs on it, and then writes nothing. So a request with a bucket that has a penalty is denied here only
+ * while that bucket's penalty is known to run (the store reports how long it still runs); otherwise the
+ * store is asked, and starts the penalty. A bucket whose penalty runs holds below its cost until the
+ * penalty ends, so the tokens bound covers it: the whole penalty is answered here.
  *
  * Bounded: at most `maxEntries` buckets (the oldest entry goes first), and an entry is dropped as soon as
  * its bucket may be full.
@@ -67,6 +75,8 @@ export class DenyCache {
         this.entries.delete(request.key);
         return undefined;
       }
+      // The store would penalise this bucket if it lacks its cost now, unless a penalty already runs.
+      if (request.blockSeconds !== undefined && request.blockSeconds > 0 && !(now < entry.penaltyUntil)) return undefined;
       const most = entry.capacity - ((entry.until - now) * entry.refillPerSecond) / 1000;
       tokens[i] = most;
       if (most + entry.capacity * ROUNDING_MARGIN < request.cost) short = true;
@@ -79,8 +89,9 @@ export class DenyCache {
    * bucket of the request; an allowance only tightens what is already remembered (the allowed path
    * stays free of writes).
    */
-  learn(requests: readonly BucketRequest[], result: TakeResult, sentAt: number): void {
+  learn(requests: readonly BucketRequest[], result: TakeResult & PenaltyReport, sentAt: number): void {
     if (result.allowed && this.entries.size === 0) return;
+    const penaltyMs = result.penaltyMs;
     for (let i = 0; i < requests.length; i++) {
       const request = requests[i];
       const { capacity, refillPerSecond } = request;
@@ -91,16 +102,21 @@ export class DenyCache {
         continue;
       }
       const until = sentAt - CLOCK_SLACK_MS + ((capacity - tokens) * 1000) / refillPerSecond;
+      // The store saw its clock at sentAt or later (whole ms): the penalty runs at least this long here.
+      const ms = penaltyMs?.[i];
+      const penaltyUntil = ms !== undefined && ms > 0 ? sentAt - CLOCK_SLACK_MS + ms : 0;
       const known = this.entries.get(request.key);
       if (known === undefined) {
         if (result.allowed) continue;
         if (this.entries.size >= this.maxEntries) this.evictOldest();
-        this.entries.set(request.key, { until, capacity, refillPerSecond });
+        this.entries.set(request.key, { until, capacity, refillPerSecond, penaltyUntil });
       } else if (known.capacity !== capacity || known.refillPerSecond !== refillPerSecond) {
-        this.entries.set(request.key, { until, capacity, refillPerSecond });
-      } else if (until > known.until) {
+        this.entries.set(request.key, { until, capacity, refillPerSecond, penaltyUntil: Math.max(penaltyUntil, known.penaltyUntil) });
+      } else {
         // Same policy: the bound that reaches a full bucket later is the lower one at every moment.
-        known.until = until;
+        if (until > known.until) known.until = until;
+        // A penalty end only moves later (a new penalty starts after the last one ended).
+        if (penaltyUntil > known.penaltyUntil) known.penaltyUntil = penaltyUntil;
       }
     }
   }

@@ -53,16 +53,47 @@ export interface BucketRequest extends BucketPolicy {
 }
 
 /**
- * State that can be trusted, or undefined for a bucket to treat as missing (full). Non-finite tokens or
- * stamps count as missing; negative tokens as 0; a stamp more than `FUTURE_TOLERANCE_MS` ahead of `now`
- * as now. The script does the same in Lua. Answers `state` itself when nothing needed repair.
+ * What a store adds to its answer when a bucket of the call has a penalty: per bucket, the ms its
+ * penalty still runs after the store's now (0: none). The deny cache answers a refusal of a bucket with
+ * a penalty only while that penalty is known to run (then the store would write nothing either).
  */
-export function repair(state: BucketState | undefined, now: number): BucketState | undefined {
+export interface PenaltyReport {
+  penaltyMs?: number[];
+}
+
+/**
+ * State that can be trusted, or undefined for a bucket to treat as missing (full). Non-finite tokens or
+ * stamps count as missing; tokens below `-penaltyTokens(request)` (0 without a penalty) as 0; a stamp
+ * more than `FUTURE_TOLERANCE_MS` ahead of `now` as now. The script does the same in Lua. Answers
+ * `state` itself when nothing needed repair.
+ */
+export function repair<S extends BucketState>(state: S | undefined, now: number, blockSeconds = 0, refillPerSecond = 0): S | BucketState | undefined {
   if (state === undefined) return undefined;
   const { tokens, ts } = state;
   if (!Number.isFinite(tokens) || !Number.isFinite(ts)) return undefined;
-  if (tokens >= 0 && ts <= now + FUTURE_TOLERANCE_MS) return state;
-  return { tokens: tokens < 0 ? 0 : tokens, ts: ts > now + FUTURE_TOLERANCE_MS ? now : ts };
+  const legal = tokens >= 0 || !(tokens < -(blockSeconds * refillPerSecond));
+  if (legal && ts <= now + FUTURE_TOLERANCE_MS) return state;
+  return { tokens: legal ? tokens : 0, ts: ts > now + FUTURE_TOLERANCE_MS ? now : ts };
+}
+
+/**
+ * Tokens a refused take leaves in a bucket with a penalty of `blockSeconds`: `cost - blockSeconds * R`
+ * (negative when the penalty is longer than the cost takes to refill), so that refilling gives it its
+ * cost back exactly `blockSeconds` after the refusal. The script computes the same expression.
+ */
+export function penaltyTokens(cost: number, blockSeconds: number, refillPerSecond: number): number {
+  return cost - blockSeconds * refillPerSecond;
+}
+
+/**
+ * How long a written bucket is kept: the idle TTL, or longer for a bucket below 0 tokens (a penalty),
+ * so that it cannot expire (and come back full) before it has refilled.
+ */
+export function storedTtlMs(policy: BucketPolicy, tokens: number): number {
+  const idle = idleTtlMs(policy);
+  if (!(tokens < 0)) return idle;
+  const fill = Math.ceil(((policy.capacity - tokens) / policy.refillPerSecond) * 1000);
+  return fill > idle ? fill : idle;
 }
 
 /** Tokens in a bucket at `now`: what it had plus the refill since, never more than a full bucket. */
@@ -105,8 +136,15 @@ export function toDecision(
   allowed: boolean,
 ): BucketDecision {
   // Headers carry these numbers: whatever a store answered, they are integers from 0 to the bounds.
-  if (!(tokens >= 0)) tokens = 0;
+  // Tokens below 0 are a penalty (`blockSeconds`): nothing remains, and the waits count from the real
+  // tokens. A penalty withholds at most min(MAX_CAPACITY, MAX_WINDOW_SECONDS * R) tokens (checked at
+  // start-up), so every wait stays at most 2 * MAX_WINDOW_SECONDS.
+  if (!Number.isFinite(tokens)) tokens = tokens === Infinity ? policy.capacity : 0;
   else if (tokens > policy.capacity) tokens = policy.capacity;
+  else if (tokens < 0) {
+    const floor = -Math.min(MAX_CAPACITY, MAX_WINDOW_SECONDS * policy.refillPerSecond);
+    if (tokens < floor) tokens = floor;
+  }
   return {
     allowed,
     limit: policy.capacity,
@@ -126,7 +164,7 @@ export interface MergedRequests {
 /**
  * One atomic call reads each bucket once, so a key named twice would be drained once for two costs.
  * Repeats are merged into one request: the costs summed, and the smaller capacity and refill of the
- * two (never more generous than either). Undefined when every key is distinct (the usual case).
+ * two (never more generous than either), and the longer `blockSeconds`. Undefined when every key is distinct (the usual case).
  */
 export function mergeRepeatedKeys(requests: readonly BucketRequest[]): MergedRequests | undefined {
   if (requests.length < 2 || !hasRepeatedKey(requests)) return undefined;
@@ -138,13 +176,17 @@ export function mergeRepeatedKeys(requests: readonly BucketRequest[]): MergedReq
     if (j === undefined) {
       at.set(request.key, merged.length);
       positions[i] = merged.length;
-      merged.push({ key: request.key, capacity: request.capacity, refillPerSecond: request.refillPerSecond, cost: request.cost });
+      const copy: BucketRequest = { key: request.key, capacity: request.capacity, refillPerSecond: request.refillPerSecond, cost: request.cost };
+      if (request.blockSeconds) copy.blockSeconds = request.blockSeconds;
+      merged.push(copy);
       return;
     }
     const into = merged[j];
     into.cost += request.cost;
     into.capacity = Math.min(into.capacity, request.capacity);
     into.refillPerSecond = Math.min(into.refillPerSecond, request.refillPerSecond);
+    // The longer penalty of the two (never more lenient than either).
+    if ((request.blockSeconds ?? 0) > (into.blockSeconds ?? 0)) into.blockSeconds = request.blockSeconds;
     positions[i] = j;
   });
   return { requests: merged, positions };

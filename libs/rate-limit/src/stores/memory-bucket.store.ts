@@ -1,15 +1,19 @@
 import {
   type BucketRequest,
   type BucketState,
-  idleTtlMs,
+  type PenaltyReport,
   nextTimestamp,
+  penaltyTokens,
   refill,
   repair,
+  storedTtlMs,
 } from '../bucket/token-bucket.js';
 import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
 
 interface StoredBucket extends BucketState {
   expiresAt: number;
+  /** When its penalty ends (the script's field `b`), if it ever had one. */
+  blockedUntil?: number;
 }
 
 /** Entries written between two sweeps of expired buckets; keeps memory bounded by the active buckets. */
@@ -26,7 +30,7 @@ export class MemoryBucketStore implements BucketStore {
 
   constructor(private readonly clock: () => number = Date.now) {}
 
-  take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult> {
+  take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult & PenaltyReport> {
     try {
       return Promise.resolve(this.takeSync(requests, options));
     } catch (error) {
@@ -34,28 +38,48 @@ export class MemoryBucketStore implements BucketStore {
     }
   }
 
-  takeSync(requests: readonly BucketRequest[], options: TakeOptions = {}): TakeResult {
+  takeSync(requests: readonly BucketRequest[], options: TakeOptions = {}): TakeResult & PenaltyReport {
     const now = options.now ?? this.clock();
     if (requests.length > 1) assertDistinctKeys(requests);
+    const penalties = requests.some((request) => (request.blockSeconds ?? 0) > 0);
     const stored = requests.map((request) => this.read(request.key, now));
-    // Like the script: a stamp too far ahead (the process clock stepped back) is moved to now.
-    const states = stored.map((state) => repair(state, now));
+    // Like the script: a stamp too far ahead (the process clock stepped back) is moved to now, tokens
+    // below what a penalty can leave to 0.
+    const states = stored.map((state, i) =>
+      repair(state, now, penalties ? (requests[i].blockSeconds ?? 0) : 0, requests[i].refillPerSecond),
+    );
     const tokens = requests.map((request, i) => refill(states[i], request, now));
+    // Penalties still running (the script's `b` > now), only read when the call has penalties.
+    const ends = requests.map((_, i) => {
+      const end = penalties ? stored[i]?.blockedUntil : undefined;
+      return end !== undefined && end > now ? end : undefined;
+    });
     const allowed = options.refund === true || requests.every((request, i) => tokens[i] >= request.cost);
-    if (options.dryRun) return { allowed, tokens };
+    const result = (): TakeResult & PenaltyReport =>
+      penalties ? { allowed, tokens, penaltyMs: ends.map((end) => (end === undefined ? 0 : end - now)) } : { allowed, tokens };
+    if (options.dryRun) return result();
     requests.forEach((request, i) => {
+      const block = request.blockSeconds ?? 0;
+      let blockedUntil = stored[i]?.blockedUntil;
       if (allowed) {
         tokens[i] = options.refund ? Math.min(request.capacity, tokens[i] + request.cost) : tokens[i] - request.cost;
+      } else if (block > 0 && tokens[i] < request.cost && ends[i] === undefined) {
+        // The refusal that starts a penalty: the cost comes back exactly `block` seconds from now.
+        const floor = penaltyTokens(request.cost, block, request.refillPerSecond);
+        if (floor < tokens[i]) tokens[i] = floor;
+        blockedUntil = ends[i] = now + block * 1000;
       } else if (states[i] === stored[i]) {
         return;
       }
-      this.write(request.key, {
+      const bucket: StoredBucket = {
         tokens: tokens[i],
         ts: nextTimestamp(states[i], now),
-        expiresAt: now + idleTtlMs(request),
-      }, now);
+        expiresAt: now + storedTtlMs(request, tokens[i]),
+      };
+      if (blockedUntil !== undefined) bucket.blockedUntil = blockedUntil;
+      this.write(request.key, bucket, now);
     });
-    return { allowed, tokens };
+    return result();
   }
 
   delete(keys: readonly string[]): Promise<void> {

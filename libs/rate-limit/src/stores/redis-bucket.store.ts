@@ -1,10 +1,12 @@
 import { Logger, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import { Cluster } from 'ioredis';
-import type { BucketRequest } from '../bucket/token-bucket.js';
+import type { BucketRequest, PenaltyReport } from '../bucket/token-bucket.js';
 import { CONNECT_WAIT_MS } from '../rate-limit.constants.js';
 import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
 import { diagnosticsOf, type RedisClient, type RedisDiagnostics } from './redis-connection.js';
 import { TOKEN_BUCKET_COMMAND, TOKEN_BUCKET_LUA, type TokenBucketMode } from './token-bucket.script.js';
+
+type Result = TakeResult & PenaltyReport;
 
 type ScriptCommand = (...args: (string | number)[]) => Promise<unknown>;
 
@@ -92,7 +94,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     if (!(await settlesWithin(quit, QUIT_WAIT_MS)) || !(await quit)) this.client.disconnect();
   }
 
-  take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult> {
+  take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<Result> {
     const mode: TokenBucketMode = options.refund ? 'refund' : options.dryRun ? 'peek' : 'take';
     if (!(this.client instanceof Cluster) || requests.length < 2) {
       return this.run(requests, mode, options.now);
@@ -118,11 +120,16 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     groups: number[][],
     mode: TokenBucketMode,
     now: number | undefined,
-  ): Promise<TakeResult> {
+  ): Promise<Result> {
     const tokens = new Array<number>(requests.length);
+    const penaltyMs = hasPenalty(requests) ? new Array<number>(requests.length).fill(0) : undefined;
     const pick = (group: number[]) => group.map((i) => requests[i]);
-    const record = (group: number[], result: TakeResult) =>
-      group.forEach((i, j) => (tokens[i] = result.tokens[j]));
+    const record = (group: number[], result: Result) =>
+      group.forEach((i, j) => {
+        tokens[i] = result.tokens[j];
+        if (penaltyMs !== undefined) penaltyMs[i] = result.penaltyMs?.[j] ?? 0;
+      });
+    const answer = (allowed: boolean): Result => (penaltyMs === undefined ? { allowed, tokens } : { allowed, tokens, penaltyMs });
     for (let g = 0; g < groups.length; g++) {
       const result = await this.run(pick(groups[g]), mode, now);
       record(groups[g], result);
@@ -135,17 +142,17 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
         ]);
         earlier.forEach((group, k) => record(group, refunded[k]));
         later.forEach((group, k) => record(group, peeked[k]));
-        return { allowed: false, tokens };
+        return answer(false);
       }
     }
-    return { allowed: true, tokens };
+    return answer(true);
   }
 
   private run(
     requests: readonly BucketRequest[],
     mode: TokenBucketMode,
     now: number | undefined,
-  ): Promise<TakeResult> {
+  ): Promise<Result> {
     // Without an offline queue ioredis would refuse the command anyway ("Stream isn't writeable"): say
     // where and why instead.
     if (this.diagnostics !== undefined && this.client.status !== 'ready') {
@@ -153,9 +160,18 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     }
     const args: (string | number)[] = [requests.length];
     for (const request of requests) args.push(request.key);
+    // Penalties cost one more argument per bucket, one more field read and a longer reply: only when
+    // a bucket of the call has one.
+    if (hasPenalty(requests)) {
+      args.push(now === undefined ? '' : now, `${mode}+b`);
+      for (const request of requests) {
+        args.push(request.capacity, request.refillPerSecond, request.cost, request.blockSeconds ?? 0);
+      }
+      return this.evaluate(args).then((reply) => parseReply(reply, requests.length, true));
+    }
     args.push(now === undefined ? '' : now, mode);
     for (const request of requests) args.push(request.capacity, request.refillPerSecond, request.cost);
-    return this.evaluate(args).then((reply) => parseReply(reply, requests.length));
+    return this.evaluate(args).then((reply) => parseReply(reply, requests.length, false));
   }
 
   /**
@@ -171,9 +187,16 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   }
 }
 
-function parseReply(reply: unknown, buckets: number): TakeResult {
-  if (!Array.isArray(reply) || reply.length !== buckets + 1) {
-    throw new TypeError(`token-bucket script: expected ${buckets + 1} values, got ${JSON.stringify(reply)}`);
+function hasPenalty(requests: readonly BucketRequest[]): boolean {
+  // Anything but absent or 0 goes to the script, which refuses a blockSeconds out of bounds.
+  for (const request of requests) if (request.blockSeconds !== undefined && request.blockSeconds !== 0) return true;
+  return false;
+}
+
+function parseReply(reply: unknown, buckets: number, penalties: boolean): Result {
+  const length = penalties ? 2 * buckets + 1 : buckets + 1;
+  if (!Array.isArray(reply) || reply.length !== length) {
+    throw new TypeError(`token-bucket script: expected ${length} values, got ${JSON.stringify(reply)}`);
   }
   const tokens = new Array<number>(buckets);
   for (let i = 0; i < buckets; i++) {
@@ -183,5 +206,12 @@ function parseReply(reply: unknown, buckets: number): TakeResult {
     }
     tokens[i] = value;
   }
-  return { allowed: Number(reply[0]) === 1, tokens };
+  const allowed = Number(reply[0]) === 1;
+  if (!penalties) return { allowed, tokens };
+  const penaltyMs = new Array<number>(buckets);
+  for (let i = 0; i < buckets; i++) {
+    const value = Number(reply[buckets + 1 + i]);
+    penaltyMs[i] = Number.isFinite(value) && value > 0 ? value : 0;
+  }
+  return { allowed, tokens, penaltyMs };
 }

@@ -5,12 +5,22 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket
  * The token bucket in Lua: reads, refills, drains and writes every bucket of a decision in one atomic
  * script. Kept in a TypeScript module so that builds carry it without copying assets.
  *
- * KEYS[i]          bucket hash { tokens, ts } of policy i; a key may appear once (callers merge repeats)
+ * KEYS[i]          bucket hash { tokens, ts, b? } of policy i; a key may appear once (callers merge repeats)
  * ARGV[1]          now in ms, or '' to use Redis TIME (the only clock: app instances may be skewed)
- * ARGV[2]          'take' (drain all or none), 'peek' (write nothing) or 'refund' (give cost back)
- * ARGV[3i .. 3i+2] capacity, refill per second and cost of bucket i
+ * ARGV[2]          'take' (drain all or none), 'peek' (write nothing) or 'refund' (give cost back);
+ *                  with a '+b' suffix ('take+b', ...) when a bucket of the call has a penalty
+ * ARGV[3i .. 3i+2] capacity, refill per second and cost of bucket i (3 per bucket, no '+b'), or
+ * ARGV[4i-1 .. 4i+2] capacity, refill per second, cost and blockSeconds of bucket i ('+b' modes)
  * Reply            { allowed (1 or 0), tokens of bucket 1, ..., tokens of bucket n }
- *                  tokens after the decision, as '%.17g' strings: Redis would truncate a Lua number
+ *                  tokens after the decision, as '%.17g' strings: Redis would truncate a Lua number;
+ *                  '+b' modes append, per bucket, the ms its penalty still runs after now (0: none)
+ *
+ * Penalties ('take+b'): a bucket with blockSeconds b > 0 that lacks its cost in a refused take, and is
+ * not penalised already (no field `b` > now), gets tokens min(t, cost - b*R) and `b` = now + b*1000
+ * (when its penalty ends): refilling, it has its cost again exactly b seconds after the refusal. A
+ * refusal during a penalty writes nothing (a penalty is never extended). Its TTL is the longer of the
+ * idle TTL and the time it takes to fill from its (negative) tokens. Tokens from -(b*R) to 0 are legal
+ * state then; 'peek+b' and 'refund+b' only need b for that.
  *
  * Every argument is checked, and every value to be written computed, before the first write: a
  * refused argument is an error reply with nothing written, never a bucket drained without its TTL.
@@ -19,7 +29,8 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket
  * 1e17 as '1e+17', which PEXPIRE refuses).
  *
  * State it cannot trust is repaired, as `repair()` in bucket/token-bucket.ts does: non-finite tokens or
- * ts (nan, inf, garbage) count as a missing key (a full bucket), negative tokens as 0, a ts more than
+ * ts (nan, inf, garbage) count as a missing key (a full bucket), tokens below -(b*R) (b: blockSeconds of
+ * the call, 0 without a penalty) as 0, a ts more than
  * `FUTURE_TOLERANCE_MS` ahead of now as now. A repaired bucket is written back even when the decision
  * is a refusal (not by 'peek'), and a refused bucket that has no TTL gets one: no key lives forever.
  */
@@ -40,15 +51,23 @@ if not now then
 end
 if not finite(now) then return redis.error_reply('token-bucket: now must be a finite number of ms') end
 local mode = ARGV[2]
-if mode ~= 'take' and mode ~= 'peek' and mode ~= 'refund' then
-  return redis.error_reply('token-bucket: mode must be take, peek or refund')
+local stride = 3
+if mode == 'take+b' or mode == 'peek+b' or mode == 'refund+b' then
+  stride = 4
+  mode = string.sub(mode, 1, -3)
+elseif mode ~= 'take' and mode ~= 'peek' and mode ~= 'refund' then
+  return redis.error_reply('token-bucket: mode must be take, peek or refund, with +b for penalties')
 end
 local n = #KEYS
-local caps, rates, costs, ttls, seen = {}, {}, {}, {}, {}
+if #ARGV ~= 2 + stride * n then
+  return redis.error_reply('token-bucket: expected ' .. stride .. ' arguments per key')
+end
+local caps, rates, costs, blocks, ttls, seen = {}, {}, {}, {}, {}, {}
 for i = 1, n do
-  local cap = tonumber(ARGV[3 * i])
-  local rate = tonumber(ARGV[3 * i + 1])
-  local cost = tonumber(ARGV[3 * i + 2])
+  local at = stride * (i - 1) + 3
+  local cap = tonumber(ARGV[at])
+  local rate = tonumber(ARGV[at + 1])
+  local cost = tonumber(ARGV[at + 2])
   local where = 'token-bucket: bucket ' .. i .. ' (' .. KEYS[i] .. '): '
   if seen[KEYS[i]] then return redis.error_reply(where .. 'the same key twice in one call') end
   seen[KEYS[i]] = true
@@ -61,14 +80,28 @@ for i = 1, n do
   if not integer(cost) or cost < 0 then
     return redis.error_reply(where .. 'cost must be an integer >= 0')
   end
-  caps[i], rates[i], costs[i] = cap, rate, cost
-  ttls[i] = string.format('%d', math.ceil(2 * cap / rate * 1000))
+  local block = 0
+  if stride == 4 then
+    block = tonumber(ARGV[at + 3])
+    if not finite(block) or block < 0 or block > MAX_WINDOW_SECONDS or not (block * rate <= MAX_CAPACITY) then
+      return redis.error_reply(where .. 'blockSeconds must be from 0 to ' .. MAX_WINDOW_SECONDS .. ' with blockSeconds * refill at most ' .. MAX_CAPACITY)
+    end
+  end
+  caps[i], rates[i], costs[i], blocks[i] = cap, rate, cost, block
+  ttls[i] = math.ceil(2 * cap / rate * 1000)
 end
-local tokens, stamps, exists, repaired = {}, {}, {}, {}
+local tokens, stamps, exists, repaired, ends = {}, {}, {}, {}, {}
 local allowed = 1
 for i = 1, n do
   local cap, rate = caps[i], rates[i]
-  local state = redis.call('HMGET', KEYS[i], 'tokens', 'ts')
+  local state
+  if stride == 4 then
+    state = redis.call('HMGET', KEYS[i], 'tokens', 'ts', 'b')
+    local e = tonumber(state[3])
+    if finite(e) and e > now then ends[i] = e else ends[i] = false end
+  else
+    state = redis.call('HMGET', KEYS[i], 'tokens', 'ts')
+  end
   local t = tonumber(state[1])
   local ts = tonumber(state[2])
   exists[i] = state[1] ~= false or state[2] ~= false
@@ -78,7 +111,7 @@ for i = 1, n do
     t = cap
     ts = now
   else
-    if t < 0 then
+    if t < 0 and t < -(blocks[i] * rate) then
       t = 0
       repaired[i] = true
     end
@@ -100,6 +133,8 @@ local reply = { allowed }
 for i = 1, n do
   local t = tokens[i]
   if mode ~= 'peek' then
+    local ttl = ttls[i]
+    local penalise = false
     if allowed == 1 then
       if mode == 'refund' then
         t = t + costs[i]
@@ -107,15 +142,33 @@ for i = 1, n do
       else
         t = t - costs[i]
       end
+    elseif blocks[i] > 0 and t < costs[i] and not ends[i] then
+      penalise = true
+      local floor = costs[i] - blocks[i] * rates[i]
+      if floor < t then t = floor end
+      ends[i] = now + blocks[i] * 1000
     end
-    if allowed == 1 or repaired[i] then
+    if t < 0 then
+      local fill = math.ceil((caps[i] - t) / rates[i] * 1000)
+      if fill > ttl then ttl = fill end
+    end
+    ttl = string.format('%d', ttl)
+    if penalise then
+      redis.call('HSET', KEYS[i], 'tokens', string.format('%.17g', t), 'ts', string.format('%.17g', stamps[i]), 'b', string.format('%.17g', ends[i]))
+      redis.call('PEXPIRE', KEYS[i], ttl)
+    elseif allowed == 1 or repaired[i] then
       redis.call('HSET', KEYS[i], 'tokens', string.format('%.17g', t), 'ts', string.format('%.17g', stamps[i]))
-      redis.call('PEXPIRE', KEYS[i], ttls[i])
+      redis.call('PEXPIRE', KEYS[i], ttl)
     elseif exists[i] and redis.call('PTTL', KEYS[i]) == -1 then
-      redis.call('PEXPIRE', KEYS[i], ttls[i])
+      redis.call('PEXPIRE', KEYS[i], ttl)
     end
   end
   reply[i + 1] = string.format('%.17g', t)
+end
+if stride == 4 then
+  for i = 1, n do
+    if ends[i] then reply[n + 1 + i] = string.format('%.17g', ends[i] - now) else reply[n + 1 + i] = '0' end
+  end
 end
 return reply
 `;
@@ -127,3 +180,6 @@ export const TOKEN_BUCKET_COMMAND = `rateLimitTokenBucket_${createHash('sha1')
   .slice(0, 12)}`;
 
 export type TokenBucketMode = 'take' | 'peek' | 'refund';
+
+/** The script's mode argument: '+b' when a bucket of the call has a penalty (4 arguments per bucket). */
+export type TokenBucketModeArgument = TokenBucketMode | `${TokenBucketMode}+b`;
