@@ -5,6 +5,7 @@ import { RateLimitGuard } from './guards/rate-limit.guard.js';
 import { RateLimitHeadersWriter } from './headers/rate-limit-headers.writer.js';
 import { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
 import { RateLimitEvents } from './events/rate-limit-events.js';
+import { RateLimitMetrics } from './metrics/rate-limit-metrics.js';
 import { needsInterceptor } from './policies/policy.js';
 import { PolicyRegistry } from './policies/policy-registry.js';
 import {
@@ -67,6 +68,8 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
     { provide: BucketStore, useFactory: createStore, inject: [RATE_LIMIT_OPTIONS] },
     { provide: RateLimitEvents, useFactory: createEvents, inject: [RATE_LIMIT_OPTIONS] },
     BucketService,
+    // Subscribes to RateLimitEvents at bootstrap, only when an OpenTelemetry SDK's MeterProvider is found.
+    RateLimitMetrics,
     PolicyRegistry,
     RateLimitHeadersWriter,
     RouteLimiter,

@@ -97,7 +97,27 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     allowList: resolveAllowList(options.allowList),
     onDecision: options.onDecision,
     resolverCacheMs,
+    metrics: resolveMetrics(options.metrics),
   };
+}
+
+/** Checks `metrics`: true, false, or `{ meterProvider }` with a `getMeter()` (an OpenTelemetry MeterProvider). */
+function resolveMetrics(metrics: RateLimitModuleOptions['metrics']): ResolvedRateLimitOptions['metrics'] {
+  if (metrics === undefined) return { mode: 'global', warn: false };
+  if (metrics === true) return { mode: 'global', warn: true };
+  if (metrics === false) return { mode: 'off' };
+  const meterProvider = typeof metrics === 'object' && metrics !== null ? (metrics as { meterProvider?: unknown }).meterProvider : undefined;
+  if (typeof (meterProvider as { getMeter?: unknown } | undefined)?.getMeter !== 'function') {
+    const got =
+      typeof metrics === 'object' && metrics !== null
+        ? Object.keys(metrics).length === 0 ? '{}' : `{ ${Object.keys(metrics).join(', ')} }`
+        : typeof metrics === 'string' ? JSON.stringify(metrics) : String(metrics);
+    throw new Error(
+      'RateLimitModule: metrics must be true, false or { meterProvider } with an OpenTelemetry MeterProvider ' +
+        `(an object with getMeter(), e.g. new MeterProvider() of @opentelemetry/sdk-metrics) (got ${got})`,
+    );
+  }
+  return { mode: 'provider', meterProvider: meterProvider as import('@opentelemetry/api').MeterProvider };
 }
 
 /** Checks `allowList`: every address or CIDR range must parse, so a typo fails the start instead of limiting a health checker. */

@@ -2,6 +2,7 @@ import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { ExecutionContext } from '@nestjs/common';
 import type { RateLimitPolicy } from './rate-limit.interfaces.js';
 import type { RateLimitDecisionEvent } from './events/rate-limit-events.js';
+import type { MeterProvider } from '@opentelemetry/api';
 
 export type FailureMode = 'open' | 'closed' | 'local';
 export type StandardHeaders = 'draft-6' | 'draft-7' | 'draft-8' | false;
@@ -56,6 +57,13 @@ export interface RateLimitModuleOptions {
   onDecision?: (event: RateLimitDecisionEvent) => void;
   /** How long a `RateLimitResolver`'s answer is reused for one identity, in ms. 0: ask it on every request. Default 1000. */
   resolverCacheMs?: number;
+  /**
+   * OpenTelemetry metrics (see the README's "Metrics"). Default: recorded through the global
+   * MeterProvider if the app registered one before `app.init()` / `listen()`, else nothing is recorded
+   * and nothing subscribed. `true`: the same, with a start-up warning when there is none. `false`: off.
+   * `{ meterProvider }`: recorded through that provider, registered globally or not.
+   */
+  metrics?: boolean | { meterProvider: MeterProvider };
 }
 
 /** Callers that are never limited (health checkers, internal services). */
@@ -89,4 +97,12 @@ export interface ResolvedRateLimitOptions {
   allowList: { ips: string[]; users: Set<string>; apiKeys: Set<string> };
   onDecision?: (event: RateLimitDecisionEvent) => void;
   resolverCacheMs: number;
+  metrics: ResolvedMetricsOption;
 }
+
+/** How the metrics find their MeterProvider: not at all, the global one at application bootstrap, or the one given. */
+export type ResolvedMetricsOption =
+  | { mode: 'off' }
+  /** `warn`: `metrics: true` was set explicitly, so a missing SDK is logged at start-up. */
+  | { mode: 'global'; warn: boolean }
+  | { mode: 'provider'; meterProvider: MeterProvider };
