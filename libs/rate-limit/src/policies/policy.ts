@@ -91,6 +91,7 @@ export function needsInterceptor(policy: RateLimitPolicy): boolean {
 }
 
 function describe(value: unknown): string {
+  if (typeof value === 'function') return value.name ? `${value.name} (a function)` : 'a function';
   return typeof value === 'string' ? JSON.stringify(value) : String(value);
 }
 

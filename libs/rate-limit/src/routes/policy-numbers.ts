@@ -109,7 +109,7 @@ export class PolicyNumbers {
     const now = this.clock();
     const cached = this.cache.get(key);
     if (cached !== undefined && cached.expires > now) return cached.limits;
-    const limits = this.resolver(type, route).then((resolver) => this.bounded(resolver.resolve(who, context)));
+    const limits = this.resolver(type, route).then((resolver) => this.bounded(resolver.resolve({ kind: who.kind, value: who.value }, context)));
     if (this.cacheMs > 0) {
       if (cached !== undefined) this.cache.delete(key);
       else if (this.cache.size >= RESOLVER_CACHE_MAX_ENTRIES) this.cache.delete(this.cache.keys().next().value as string);
