@@ -80,4 +80,53 @@ describe('DenyCache', () => {
     expect(cache.deny([request('k999')], 1)).toBeDefined();
     expect(cache.deny([request('k0')], 1)).toBeUndefined();
   });
+
+  describe('penalties (blockSeconds)', () => {
+    // capacity 3, 1 token/s, a 2 s penalty: a refusal leaves 1 - 2 = -1 tokens and 2000 ms of penalty.
+    const penalised = (key: string, blockSeconds = 2): BucketRequest => ({ ...request(key, 1, 3, 1), blockSeconds });
+    const refusal = (tokens: number, penaltyMs: number) => ({ allowed: false, tokens: [tokens], penaltyMs: [penaltyMs] });
+
+    it('denies a penalised bucket for as long as its penalty is known to run (the whole penalty)', () => {
+      const cache = new DenyCache();
+      cache.learn([penalised('a')], refusal(-1, 2000), 0);
+      // Penalty: at least until 0 - 1 ms + 2000 ms; tokens: -1 + (t + 1) / 1000 < 1 until 1999 ms.
+      expect(cache.deny([penalised('a')], 1998)).toEqual([expect.closeTo(0.999, 9)]);
+      expect(cache.deny([penalised('a')], 1999.5)).toBeUndefined();
+    });
+
+    it('asks the store when the penalty is over, even while the tokens bound is short: the store starts a new penalty', () => {
+      const cache = new DenyCache();
+      cache.learn([penalised('a')], refusal(-1, 2000), 0);
+      // The penalty ended at 2000; a take at 2050 was allowed and left 0.05 tokens.
+      cache.learn([penalised('a')], { allowed: true, tokens: [0.05], penaltyMs: [0] }, 2050);
+      expect(cache.deny([penalised('a')], 2060)).toBeUndefined();
+      // The same bound answers a request without a penalty (the store would write nothing either).
+      expect(cache.deny([request('a', 1, 3, 1)], 2060)).toBeDefined();
+    });
+
+    it('asks the store about a bucket with a penalty it learnt no penalty for (a refusal without one)', () => {
+      const cache = new DenyCache();
+      cache.learn([request('a', 1, 3, 1)], denied(0), 0);
+      expect(cache.deny([penalised('a')], 10)).toBeUndefined();
+      expect(cache.deny([request('a', 1, 3, 1)], 10)).toBeDefined();
+    });
+
+    it('denies several buckets only when every bucket with a penalty is known to be penalised', () => {
+      const cache = new DenyCache();
+      const roomy = penalised('roomy');
+      const short = penalised('short');
+      // Only `short` was penalised; `roomy` had its tokens.
+      cache.learn([roomy, short], { allowed: false, tokens: [2, -1], penaltyMs: [0, 2000] }, 0);
+      expect(cache.deny([roomy, short], 10)).toBeUndefined();
+      expect(cache.deny([request('roomy', 1, 3, 1), short], 10)).toBeDefined();
+    });
+
+    it('keeps the later of two penalty ends (a penalty is never shortened)', () => {
+      const cache = new DenyCache();
+      cache.learn([penalised('a')], refusal(-1, 2000), 0);
+      cache.learn([penalised('a')], refusal(-0.5, 1500), 500);
+      cache.learn([penalised('a')], refusal(-0.9, 100), 100);
+      expect(cache.deny([penalised('a')], 1990)).toBeDefined();
+    });
+  });
 });
