@@ -3,6 +3,7 @@ import type { INestApplication } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import request from 'supertest';
 import { AppModule } from '../../apps/gateway/src/app.module.js';
+import { startMetrics } from '../../apps/gateway/src/metrics.js';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { deleteKeys, freePort, keysUnder, redisUrl, testPrefix, tokensOf } from '../support/redis.js';
 
@@ -19,6 +20,8 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     process.env.RATE_LIMIT_PREFIX = prefix;
     process.env.API_KEYS = 'demo-key-1,demo-key-2,reporter';
     client = new Redis(await redisUrl());
+    // As main.ts does, before the app is created (once per file: both platforms' apps share the provider).
+    startMetrics();
     app = await createApp(AppModule, platform);
   });
 
@@ -64,12 +67,38 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     expect(keys.filter((key) => key.endsWith(':reports'))).toEqual([`${prefix}{ip:127.0.0.1}:reports`]);
   });
 
-  it('POST /auth/login allows 5 attempts per IP, then one every 12 s', async () => {
-    for (let i = 0; i < 5; i++) await http().post('/auth/login').send({ username: 'ann' }).expect(200);
-    const denied = await http().post('/auth/login').send({ username: 'ann' }).expect(429);
-    expect(Number(denied.headers['retry-after'])).toBeGreaterThanOrEqual(11);
-    expect(Number(denied.headers['retry-after'])).toBeLessThanOrEqual(12);
-    expect(denied.headers['ratelimit-policy']).toBe('5;w=60');
+  it('POST /auth/login counts only failed attempts: 5 per IP, then one every 3 minutes', async () => {
+    for (let i = 0; i < 8; i++) {
+      const ok = await http().post('/auth/login').send({ username: 'ann', password: 'open-sesame' }).expect(200);
+      expect(ok.headers['ratelimit-remaining']).toBe('5');
+    }
+    for (let i = 0; i < 5; i++) await http().post('/auth/login').send({ username: 'ann', password: 'guess' }).expect(401);
+    const denied = await http().post('/auth/login').send({ username: 'ann', password: 'open-sesame' }).expect(429);
+    expect(Number(denied.headers['retry-after'])).toBeGreaterThanOrEqual(179);
+    expect(Number(denied.headers['retry-after'])).toBeLessThanOrEqual(180);
+    expect(denied.headers['ratelimit-policy']).toBe('5;w=900');
+    await client.del(`${prefix}{ip:127.0.0.1}:AuthController.login`);
+  });
+
+  it('GET /api/plan gives each user the budget of their plan: 20 of 40 parallel for pro, 5 for free (plus what refilled meanwhile)', async () => {
+    const burst = async (user: string) => {
+      const started = performance.now();
+      const responses = await Promise.all(Array.from({ length: 40 }, () => http().get('/api/plan').set('x-user', user)));
+      return { responses, seconds: (performance.now() - started) / 1000 };
+    };
+    const { responses: pro, seconds: proSeconds } = await burst('ann');
+    const { responses: free, seconds: freeSeconds } = await burst('bob');
+    const proAllowed = pro.filter((r) => r.status === 200).length;
+    const freeAllowed = free.filter((r) => r.status === 200).length;
+    expect(proAllowed).toBeGreaterThanOrEqual(20);
+    expect(proAllowed).toBeLessThanOrEqual(20 + Math.floor(2 * proSeconds));
+    expect(freeAllowed).toBeGreaterThanOrEqual(5);
+    expect(freeAllowed).toBeLessThanOrEqual(5 + Math.floor(0.5 * freeSeconds));
+    expect(pro.find((r) => r.status === 200)!.body).toEqual({ user: 'ann', plan: 'pro' });
+    expect(pro.find((r) => r.status === 429)!.headers['x-ratelimit-limit']).toBe('20');
+    expect(free.find((r) => r.status === 429)!.headers['x-ratelimit-limit']).toBe('5');
+    // The bucket exists under the user's identity, and was drained.
+    expect(await tokensOf(client, `${prefix}{user:ann}:PlanController.plan`)).toBeLessThan(20);
   });
 
   it('GET /api/report costs 10 of 50 tokens', async () => {
@@ -86,6 +115,39 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     for (let i = 0; i < 30; i++) {
       const res = await http().get('/health').expect(200);
       expect(res.headers['x-ratelimit-limit']).toBeUndefined();
+    }
+  });
+
+  it('GET /metrics serves the decision counter in the Prometheus text format; scrapes are never limited nor counted', async () => {
+    /** The `ratelimit_decisions_total` series of a scrape: labels and value. */
+    const scrape = async () => {
+      const res = await http().get('/metrics').expect(200);
+      expect(res.headers['content-type']).toMatch(/^text\/plain/);
+      expect(res.headers['x-ratelimit-limit']).toBeUndefined();
+      expect(res.text).toMatch(/^# HELP ratelimit_decisions_total /m);
+      return [...res.text.matchAll(/^ratelimit_decisions_total\{([^}]*)\} (\d+)/gm)].map(([, labels, value]) => ({
+        labels: Object.fromEntries([...labels.matchAll(/(\w+)="([^"]*)"/g)].map(([, key, v]) => [key, v])),
+        value: Number(value),
+      }));
+    };
+    const total = (series: Awaited<ReturnType<typeof scrape>>) => series.reduce((sum, { value }) => sum + value, 0);
+    const before = await scrape();
+    for (let i = 0; i < 4; i++) await http().post('/auth/login').send({ username: 'metrics' });
+    const after = await scrape();
+    // One policy on the login route: one decision per request, whatever its outcome; the scrapes add none.
+    expect(total(after) - total(before)).toBe(4);
+    const login = after.filter(({ labels }) => labels.ratelimit_scope === 'AuthController.login');
+    expect(login.length).toBeGreaterThan(0);
+    for (const { labels } of after) {
+      // The exporter names the instrumentation scope (the library's meter); the rest are the library's bounded labels.
+      expect(labels.otel_scope_name).toBe('nest-redis-rate-limit');
+      expect(Object.keys(labels).filter((key) => !key.startsWith('otel_scope_')).sort()).toEqual([
+        'ratelimit_outcome',
+        'ratelimit_scope',
+        'ratelimit_source',
+      ]);
+      expect(['allowed', 'denied', 'shadow-denied']).toContain(labels.ratelimit_outcome);
+      expect(['store', 'cache', 'local', 'open', 'closed']).toContain(labels.ratelimit_source);
     }
   });
 
@@ -113,7 +175,7 @@ describe.each(PLATFORMS)('demo gateway without Redis on %s', (platform) => {
   });
 
   it('starts on the in-process store and still limits', async () => {
-    for (let i = 0; i < 5; i++) await request(app.getHttpServer()).post('/auth/login').expect(200);
+    for (let i = 0; i < 5; i++) await request(app.getHttpServer()).post('/auth/login').expect(401);
     await request(app.getHttpServer()).post('/auth/login').expect(429);
   });
 });

@@ -5,6 +5,9 @@ import { apiKeyVerifier } from './api-keys.js';
 import { AuthController } from './auth.controller.js';
 import { HealthController } from './health.controller.js';
 import { HelloController } from './hello.controller.js';
+import { MetricsController } from './metrics.controller.js';
+import { PlanController } from './plan.controller.js';
+import { DemoUserGuard, DemoUsers, PlanLimits } from './plans.js';
 import { QuotaController } from './quota.controller.js';
 import { gatewayRateLimitOptions } from './redis-probe.js';
 
@@ -24,6 +27,7 @@ import { gatewayRateLimitOptions } from './redis-probe.js';
       }),
     }),
   ],
-  controllers: [HelloController, AuthController, QuotaController, HealthController],
+  controllers: [HelloController, AuthController, PlanController, QuotaController, HealthController, MetricsController],
+  providers: [DemoUsers, DemoUserGuard, PlanLimits],
 })
 export class AppModule {}
