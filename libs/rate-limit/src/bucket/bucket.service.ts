@@ -5,9 +5,20 @@ import type { BucketDecision, BucketPolicy } from '../rate-limit.interfaces.js';
 import { PROBE_AFTER_FAILURES } from '../rate-limit.constants.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { FailureMode, ResolvedRateLimitOptions } from '../rate-limit.options.js';
-import { createDigest, type Digest, serviceKey } from '../keys/identity.js';
+import {
+  assertRouteIdentity,
+  createDigest,
+  type Digest,
+  type RouteIdentity,
+  type RouteIdentityKind,
+  routeIdentity,
+  routeIdentityKind,
+  routeKey,
+  serviceKey,
+} from '../keys/identity.js';
 import { ThrottledLogger } from '../throttled-logger.js';
-import { assertBucketPolicy, assertCost } from '../policies/policy.js';
+import { assertBucketPolicy, assertCost, type CompiledPolicy } from '../policies/policy.js';
+import { PolicyRegistry } from '../policies/policy-registry.js';
 import { BucketStore, type TakeOptions, type TakeResult } from '../stores/bucket-store.interface.js';
 import { MemoryBucketStore } from '../stores/memory-bucket.store.js';
 import { DenyCache } from './deny-cache.js';
@@ -86,6 +97,13 @@ export class BucketService {
   private readonly deadlines: Deadlines;
   /** Digest of bucket names that cannot appear in a key as they are. */
   private readonly hash: Digest;
+  /**
+   * The route policies, for `peekRoute()` / `resetRoute()`. Injected as a property, so that a service
+   * built by hand (`new BucketService(store, options)`) still works: then it has no routes.
+   */
+  @Optional()
+  @Inject(PolicyRegistry)
+  private readonly registry: PolicyRegistry | undefined;
 
   constructor(
     @Inject(BucketStore) private readonly store: BucketStore,
@@ -150,13 +168,102 @@ export class BucketService {
     return this.failuresInARow >= PROBE_AFTER_FAILURES;
   }
 
-  /** Makes the bucket `name` full again. */
+  /**
+   * Makes the bucket `name` full again. Rejects with `RateLimitUnavailableError` when the store fails or
+   * does not answer within `timeoutMs`, whatever `failureMode`: the bucket was not reset.
+   */
   async reset(name: string): Promise<void> {
-    const keys = [serviceKey(this.options.keyPrefix, name, this.hash)];
-    this.denyCache?.forget(keys[0]);
+    await this.deleteBucket(serviceKey(this.options.keyPrefix, name, this.hash));
+  }
+
+  /**
+   * What the next request of the route policy `scope` would get from the bucket of `who`, without taking
+   * a token: `scope` is the policy's `name`, or `Controller.handler` for an unnamed one (`#i` appended
+   * for the i-th of stacked unnamed policies). `who` is `{ ip }`, `{ user }`, `{ apiKey }` or `{ id }`
+   * (what a keyBy function returned); the key is the one the route limiter drains for that identity.
+   *
+   * The numbers are the policy's; pass `policy` when they are computed per request, or when routes
+   * that share the name have different ones. The decision is for a request of `policy.cost`, else of
+   * the policy's cost (1 when its routes' costs differ). Fails like `peek()`.
+   */
+  async peekRoute(scope: string, who: RouteIdentity, policy?: BucketPolicy & { cost?: number }): Promise<BucketDecision> {
+    const where = `BucketService.peekRoute(${JSON.stringify(scope)})`;
+    const policies = this.routePolicies(scope, who, where);
+    const numbers = policy ?? sharedNumbers(policies, scope, where);
+    assertBucketPolicy(numbers, where, 'BucketService');
+    const cost = policy?.cost ?? sharedCost(policies);
+    assertCost(cost, numbers.capacity, where, 'BucketService');
+    const request: BucketRequest = {
+      key: routeKey(this.options.keyPrefix, routeIdentity(who, this.hash), policies[0].keySuffix),
+      capacity: numbers.capacity,
+      refillPerSecond: numbers.refillPerSecond,
+      cost,
+    };
+    // A bucket under a penalty holds tokens below 0: the store reads them as such only when told the penalty.
+    const blockSeconds = Math.max(...policies.map((p) => p.blockSeconds));
+    if (blockSeconds > 0) request.blockSeconds = blockSeconds;
+    const verdict = await this.decide([request], true);
+    if (verdict.source === 'closed') throw new RateLimitUnavailableError('failureMode is closed');
+    return verdict.decisions[0];
+  }
+
+  /**
+   * Makes the bucket of `who` for the route policy `scope` full again (after a captcha, say): the
+   * store's key, this instance's deny-cache entry and its `failureMode: 'local'` bucket. `scope` and
+   * `who` as in `peekRoute()`. Fails like `reset()`.
+   */
+  async resetRoute(scope: string, who: RouteIdentity): Promise<void> {
+    const policies = this.routePolicies(scope, who, `BucketService.resetRoute(${JSON.stringify(scope)})`);
+    await this.deleteBucket(routeKey(this.options.keyPrefix, routeIdentity(who, this.hash), policies[0].keySuffix));
+  }
+
+  /**
+   * The compiled route policies of `scope`, after checking `who` and that one of them can key a bucket
+   * by its kind (every policy falls back to the IP, so `{ ip }` always can).
+   */
+  private routePolicies(scope: string, who: RouteIdentity, where: string): CompiledPolicy[] {
+    assertRouteIdentity(who, where);
+    if (this.registry === undefined) {
+      throw new Error(`${where}: this BucketService knows no routes (it was not created by RateLimitModule)`);
+    }
+    const byScope = new Map<string, CompiledPolicy[]>();
+    for (const { plan } of this.registry.routes()) {
+      for (const policy of plan?.policies ?? []) byScope.set(policy.scope, [...(byScope.get(policy.scope) ?? []), policy]);
+    }
+    const policies = typeof scope === 'string' ? byScope.get(scope) : undefined;
+    if (policies === undefined) {
+      const known = [...byScope.keys()].sort().map((s) => JSON.stringify(s));
+      throw new Error(
+        `${where}: no route policy has the scope ${typeof scope === 'string' ? JSON.stringify(scope) : String(scope)} ` +
+          `(a policy's name, or Controller.handler for an unnamed one); ` +
+          (known.length === 0 ? 'no route has a @RateLimit policy' : `known scopes: ${known.join(', ')}`),
+      );
+    }
+    const kind = routeIdentityKind(who);
+    const kinds = new Set<RouteIdentityKind>(['ip', ...policies.map(identityKindOf)]);
+    if (!kinds.has(kind)) {
+      throw new Error(
+        `${where}: the policies of scope ${JSON.stringify(scope)} key buckets by ${[...kinds].join(' or ')}, ` +
+          `never by ${kind}: that bucket does not exist`,
+      );
+    }
+    return policies;
+  }
+
+  /**
+   * Deletes one bucket: this instance's deny-cache entry and local bucket, then the store's key. Rejects
+   * with `RateLimitUnavailableError` (its cause the store's error) when the store fails or times out.
+   */
+  private async deleteBucket(key: string): Promise<void> {
+    const keys = [key];
+    this.denyCache?.forget(key);
     await this.local.delete(keys);
-    const deleted = this.store.delete(keys);
-    await (this.store.remote ? withTimeout(deleted, this.options.timeoutMs) : deleted);
+    try {
+      const deleted = this.store.delete(keys);
+      await (this.store.remote ? withTimeout(deleted, this.options.timeoutMs) : deleted);
+    } catch (error) {
+      throw new RateLimitUnavailableError(error);
+    }
   }
 
   /**
@@ -271,6 +378,32 @@ export class BucketService {
       `Rate-limit store answers again; ${degraded} decision(s) followed failureMode '${this.options.failureMode}' meanwhile`,
     );
   }
+}
+
+/** The identity kind a policy's own keyBy gives (its fallback, the IP, aside). */
+function identityKindOf(policy: CompiledPolicy): RouteIdentityKind {
+  return typeof policy.keyBy === 'function' ? 'id' : policy.keyBy;
+}
+
+/** The numbers every policy of a scope has, or an error asking for them. */
+function sharedNumbers(policies: readonly CompiledPolicy[], scope: string, where: string): BucketPolicy {
+  const ask = `pass them: peekRoute(${JSON.stringify(scope)}, who, { capacity, refillPerSecond })`;
+  if (policies.some((p) => p.dynamic !== undefined)) {
+    throw new Error(`${where}: the numbers of this policy are computed per request (functions or resolve); ${ask}`);
+  }
+  const [first] = policies;
+  const differ = policies.some((p) => p.capacity !== first.capacity || p.refillPerSecond !== first.refillPerSecond);
+  if (differ) {
+    const seen = [...new Set(policies.map((p) => `capacity ${p.capacity}, refillPerSecond ${p.refillPerSecond}`))];
+    throw new Error(`${where}: the routes that share this policy name have different numbers (${seen.join('; ')}); ${ask}`);
+  }
+  return { capacity: first.capacity, refillPerSecond: first.refillPerSecond };
+}
+
+/** The cost of a request of a scope's policies, or 1 when they differ or one is computed per request. */
+function sharedCost(policies: readonly CompiledPolicy[]): number {
+  if (policies.some((p) => p.dynamic !== undefined)) return 1;
+  return policies.every((p) => p.cost === policies[0].cost) ? policies[0].cost : 1;
 }
 
 function toVerdict(requests: readonly BucketRequest[], result: TakeResult, source: VerdictSource): Verdict {

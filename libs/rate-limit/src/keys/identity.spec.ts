@@ -1,5 +1,16 @@
 import { createHash } from 'node:crypto';
-import { apiKeyIdentity, identity, ipIdentity, routeKey, serviceKey } from './identity.js';
+import { createHmac } from 'node:crypto';
+import {
+  apiKeyIdentity,
+  assertRouteIdentity,
+  createDigest,
+  identity,
+  ipIdentity,
+  routeIdentity,
+  routeIdentityKind,
+  routeKey,
+  serviceKey,
+} from './identity.js';
 
 const sha = (value: string) => createHash('sha256').update(value).digest('hex').slice(0, 32);
 
@@ -86,5 +97,73 @@ describe('identities', () => {
     expect(routeKey('rl:', 'ip:1.2.3.4', '}:Ctrl.list')).toBe('rl:{ip:1.2.3.4}:Ctrl.list');
     expect(serviceKey('rl:', 'user:42:export')).toBe('rl:{user:42:export}');
     expect(serviceKey('rl:', 'has space')).toBe(`rl:{~${sha('has space')}}`);
+  });
+});
+
+describe('route identities (the key text shared by the route limiter and BucketService)', () => {
+  const hmac = (value: string) => createHmac('sha256', 's3cret').update(value).digest('hex').slice(0, 32);
+  const hash = createDigest('s3cret');
+
+  it.each([
+    [{ ip: '203.0.113.7' }, 'ip:203.0.113.7'],
+    [{ ip: '::ffff:203.0.113.7' }, 'ip:203.0.113.7'],
+    [{ ip: '0:0:0:0:0:FFFF:CB00:7107' }, 'ip:203.0.113.7'],
+    [{ ip: '203.0.113.7:40001' }, 'ip:203.0.113.7'],
+    [{ ip: '2001:db8:abcd:12::99' }, 'ip:2001:db8:abcd:12::'],
+    [{ ip: undefined }, 'ip:unknown'],
+    [{ user: 42 }, 'user:42'],
+    [{ user: '42' }, 'user:42'],
+    [{ user: 'alice@example.com' }, 'user:alice@example.com'],
+    [{ id: 'tenant-7' }, 'id:tenant-7'],
+  ])('writes %j as %s, the way the limiter writes a request of that identity', (who, expected) => {
+    expect(routeIdentity(who, hash)).toBe(expected);
+  });
+
+  it('digests with keys.secret exactly where the limiter does: API keys always, other values when not plain', () => {
+    expect(routeIdentity({ apiKey: 'sk_live_123' }, hash)).toBe(`key:${hmac('sk_live_123')}`);
+    expect(routeIdentity({ apiKey: 'sk_live_123' }, hash)).toBe(apiKeyIdentity('sk_live_123', hash));
+    expect(routeIdentity({ apiKey: 'sk_live_123' })).toBe(`key:${sha('sk_live_123')}`);
+    expect(routeIdentity({ user: 'a b' }, hash)).toBe(`user~${hmac('a b')}`);
+    expect(routeIdentity({ user: 'a b' }, hash)).toBe(identity('user', 'a b', hash));
+    expect(routeIdentity({ id: 'x'.repeat(65) }, hash)).toBe(`id~${hmac('x'.repeat(65))}`);
+    // As ipIdentity does for the limiter today: what is not an address gets the plain SHA-256, secret or not.
+    expect(routeIdentity({ ip: 'not an address' }, hash)).toBe(ipIdentity('not an address'));
+    expect(routeIdentity({ ip: 'not an address' }, hash)).toBe(`ip~${sha('not an address')}`);
+  });
+
+  it('names the kind of an identity', () => {
+    expect([{ ip: '1.2.3.4' }, { user: 1 }, { apiKey: 'k' }, { id: 'x' }].map(routeIdentityKind)).toEqual(['ip', 'user', 'apiKey', 'id']);
+  });
+
+  it.each([
+    [{ ip: '1.2.3.4' }],
+    [{ user: 42 }],
+    [{ user: 0 }],
+    [{ user: 'alice' }],
+    [{ apiKey: 'sk_live_123' }],
+    [{ id: 'tenant-7' }],
+  ])('accepts %j', (who) => {
+    expect(() => assertRouteIdentity(who, 'here')).not.toThrow();
+  });
+
+  it.each([
+    [undefined, 'here: the identity must be one of { ip } | { user } | { apiKey } | { id } (got undefined)'],
+    [null, 'here: the identity must be one of { ip } | { user } | { apiKey } | { id } (got null)'],
+    ['1.2.3.4', 'here: the identity must be one of { ip } | { user } | { apiKey } | { id } (got string)'],
+    [['1.2.3.4'], 'here: the identity must be one of { ip } | { user } | { apiKey } | { id } (got an array)'],
+    [{}, 'here: the identity must have exactly one of { ip } | { user } | { apiKey } | { id } (got an empty object)'],
+    [{ ip: '1.2.3.4', user: 42 }, 'here: the identity must have exactly one of { ip } | { user } | { apiKey } | { id } (got keys ip, user)'],
+    [{ address: '1.2.3.4' }, 'here: the identity must have exactly one of { ip } | { user } | { apiKey } | { id } (got key address)'],
+    [{ ip: '' }, 'here: ip must be a non-empty string (got an empty string)'],
+    [{ ip: 7 }, 'here: ip must be a non-empty string (got 7)'],
+    [{ user: undefined }, 'here: user must be a non-empty string or a finite number (got undefined)'],
+    [{ user: Number.NaN }, 'here: user must be a non-empty string or a finite number (got NaN)'],
+    [{ user: Infinity }, 'here: user must be a non-empty string or a finite number (got Infinity)'],
+    [{ user: '' }, 'here: user must be a non-empty string or a finite number (got an empty string)'],
+    [{ user: { id: 1 } }, 'here: user must be a non-empty string or a finite number (got object)'],
+    [{ id: null }, 'here: id must be a non-empty string (got null)'],
+    [{ apiKey: 12345 }, 'here: apiKey must be a non-empty string (got number)'],
+  ])('refuses %j with a clear error', (who, message) => {
+    expect(() => assertRouteIdentity(who, 'here')).toThrow(new Error(message));
   });
 });

@@ -99,3 +99,62 @@ export function routeKey(prefix: string, id: string, keySuffix: string): string 
 export function serviceKey(prefix: string, name: string, hash: Digest = digest): string {
   return `${prefix}{${SAFE_IDENTITY.test(name) ? name : `~${hash(name)}`}}`;
 }
+
+/**
+ * Whose route bucket, as `BucketService.peekRoute()` / `resetRoute()` take it — the identities the route
+ * limiter finds on a request, one kind each:
+ * - `{ ip }`: the client address (`keyBy: 'ip'`, and the fallback of every other keyBy);
+ * - `{ user }`: the user id (`keyBy: 'user'`, from `keys.user` or `req.user.id`);
+ * - `{ apiKey }`: the API key (`keyBy: 'apiKey'`), as `keys.apiKey` returns it, else the raw header value;
+ * - `{ id }`: what a keyBy function returned.
+ */
+export type RouteIdentity = { ip: string } | { user: string | number } | { apiKey: string } | { id: string };
+
+/** The kinds of `RouteIdentity`, in the order messages list them. */
+export const ROUTE_IDENTITY_KINDS = ['ip', 'user', 'apiKey', 'id'] as const;
+export type RouteIdentityKind = (typeof ROUTE_IDENTITY_KINDS)[number];
+
+/**
+ * The identity part of a route key (the Cluster hash tag of `routeKey`): the one function that turns an
+ * identity into key text, for the route limiter and `BucketService` alike, so both name the same bucket
+ * byte for byte. An address is normalised by `ipIdentity` (port dropped, IPv4-mapped unmapped, IPv6 by
+ * its /64; `{ ip: undefined }` is `ip:unknown`, a request without an address); user ids and keyBy
+ * results are written plain or hashed with `hash` (`identity`); an API key is always hashed.
+ */
+export function routeIdentity(who: RouteIdentity | { ip: string | undefined }, hash: Digest = digest): string {
+  if ('ip' in who) return ipIdentity(who.ip);
+  if ('user' in who) return identity('user', String(who.user), hash);
+  if ('apiKey' in who) return apiKeyIdentity(who.apiKey, hash);
+  return identity('id', who.id, hash);
+}
+
+/** The kind of a valid `RouteIdentity`. */
+export function routeIdentityKind(who: RouteIdentity): RouteIdentityKind {
+  return ROUTE_IDENTITY_KINDS.find((kind) => kind in who) as RouteIdentityKind;
+}
+
+/**
+ * Checks an identity given by a caller: a plain object with exactly one of `ip`, `user`, `apiKey`, `id`;
+ * a non-empty string (a user id may also be a finite number, as the limiter accepts). `where` names the
+ * call in the error. The error never shows an API key, only that it was wrong.
+ */
+export function assertRouteIdentity(who: unknown, where: string): asserts who is RouteIdentity {
+  const shape = `{ ${ROUTE_IDENTITY_KINDS.join(' } | { ')} }`;
+  if (typeof who !== 'object' || who === null || Array.isArray(who)) {
+    throw new Error(`${where}: the identity must be one of ${shape} (got ${who === null ? 'null' : Array.isArray(who) ? 'an array' : typeof who})`);
+  }
+  const keys = Object.keys(who);
+  const unknown = keys.filter((key) => !(ROUTE_IDENTITY_KINDS as readonly string[]).includes(key));
+  if (keys.length !== 1 || unknown.length > 0) {
+    const got = keys.length === 0 ? 'an empty object' : `${keys.length === 1 ? 'key' : 'keys'} ${keys.join(', ')}`;
+    throw new Error(`${where}: the identity must have exactly one of ${shape} (got ${got})`);
+  }
+  const kind = keys[0] as RouteIdentityKind;
+  const value: unknown = (who as Record<string, unknown>)[kind];
+  if (typeof value === 'string' && value !== '') return;
+  if (kind === 'user' && typeof value === 'number' && Number.isFinite(value)) return;
+  const wanted = kind === 'user' ? 'a non-empty string or a finite number' : 'a non-empty string';
+  const shown = typeof value === 'number' || typeof value === 'boolean' || value === undefined;
+  const got = value === '' ? 'an empty string' : value === null ? 'null' : kind !== 'apiKey' && shown ? String(value) : typeof value;
+  throw new Error(`${where}: ${kind} must be ${wanted} (got ${got})`);
+}
