@@ -13,6 +13,9 @@ const PROVEN_PEERS = {
   rxjs: '^7.1.0',
 };
 
+/** The only runtime dependency: OpenTelemetry's API, which has no dependencies of its own. */
+const RUNTIME_DEPENDENCIES = { '@opentelemetry/api': '^1.3.0' };
+
 describe('the packed tarball', () => {
   let tarball: string;
   let files: string[];
@@ -43,7 +46,7 @@ describe('the packed tarball', () => {
     expect(await extract('LICENSE')).toMatch(/^MIT License\n/);
   });
 
-  it('declares a public ESM package: exports types + default, no runtime dependencies, the proven peer ranges', async () => {
+  it('declares a public ESM package: exports types + default, one runtime dependency (the OpenTelemetry API), the proven peer ranges', async () => {
     const manifest = JSON.parse(await extract('package.json')) as Record<string, unknown>;
     expect(manifest).toMatchObject({
       name: 'nest-redis-rate-limit',
@@ -58,7 +61,8 @@ describe('the packed tarball', () => {
       },
     });
     expect(manifest.private).toBeUndefined();
-    expect(manifest.dependencies).toBeUndefined();
+    // The metrics API (a no-op without an SDK), with a low caret floor so that it dedupes onto an app's own copy.
+    expect(manifest.dependencies).toEqual(RUNTIME_DEPENDENCIES);
     expect(manifest.peerDependencies).toEqual(PROVEN_PEERS);
   });
 

@@ -90,7 +90,12 @@ export function describeConsumer(fixture: ConsumerFixture): void {
         await readFile(join(consumer!.dir, 'node_modules/nest-redis-rate-limit/package.json'), 'utf8'),
       ) as { name: string; dependencies?: object };
       expect(installed.name).toBe('nest-redis-rate-limit');
-      expect(installed.dependencies).toBeUndefined();
+      // One runtime dependency, the OpenTelemetry metrics API (a no-op until the app installs an SDK).
+      expect(installed.dependencies).toEqual({ '@opentelemetry/api': '^1.3.0' });
+      const api = JSON.parse(await readFile(join(consumer!.dir, 'node_modules/@opentelemetry/api/package.json'), 'utf8')) as {
+        version: string;
+      };
+      expect(api.version).toMatch(/^1\./);
       const core = JSON.parse(await readFile(join(consumer!.dir, 'node_modules/@nestjs/core/package.json'), 'utf8')) as {
         version: string;
       };
