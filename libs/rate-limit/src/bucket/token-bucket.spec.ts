@@ -45,10 +45,13 @@ describe('token-bucket arithmetic with penalties', () => {
       { key: 'b', capacity: 5, refillPerSecond: 1, cost: 1 },
       { key: 'a', capacity: 5, refillPerSecond: 1, cost: 2, blockSeconds: 30 },
       { key: 'b', capacity: 5, refillPerSecond: 1, cost: 1, blockSeconds: 5 },
+      { key: 'c', capacity: 5, refillPerSecond: 1, cost: 1, blockSeconds: 20 },
+      { key: 'c', capacity: 5, refillPerSecond: 1, cost: 1 },
     ]);
     expect(merged?.requests).toEqual([
       { key: 'a', capacity: 5, refillPerSecond: 1, cost: 3, blockSeconds: 30 },
       { key: 'b', capacity: 5, refillPerSecond: 1, cost: 2, blockSeconds: 5 },
+      { key: 'c', capacity: 5, refillPerSecond: 1, cost: 2, blockSeconds: 20 },
     ]);
   });
 });
