@@ -13,6 +13,13 @@ export class MeteredController {
     return { ok: true };
   }
 
+  /** A shadow policy: decided and drained, never refused. */
+  @Get('shadow')
+  @RateLimit({ capacity: 1, refillPerSecond: SLOW, name: 'shadowed', enforce: false })
+  shadow() {
+    return { ok: true };
+  }
+
   /** An unnamed policy: its scope is Controller.handler. */
   @Get('unnamed')
   @RateLimit(20, SLOW)

@@ -14,7 +14,7 @@ import {
 } from 'nest-redis-rate-limit';
 import { RateLimitEvents } from '../../libs/rate-limit/src/events/rate-limit-events.js';
 import { createApp, PLATFORMS } from '../support/app.js';
-import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
+import { deleteKeys, RedisServer, redisUrl, testPrefix } from '../support/redis.js';
 import { metricsAppModule } from './app.module.js';
 import { Recorded } from './reader.js';
 
@@ -171,6 +171,51 @@ describe.each(PLATFORMS)('OpenTelemetry metrics on %s', (platform) => {
     await expectBoundedAttributes(recorded);
   });
 
+  it('counts what a shadow policy would have refused as shadow-denied (the request went on), never as near the limit', async () => {
+    const recorded = sdk();
+    const app = await start({ metrics: { meterProvider: recorded.provider } });
+    for (let i = 0; i < 3; i++) await get(app, '/metered/shadow').expect(200);
+    expect(await recorded.counts(DECISIONS)).toEqual([
+      decision('allowed', 'store', 1, 'shadowed'),
+      // The third is answered by the deny cache, as an enforced policy's would be.
+      decision('shadow-denied', 'cache', 1, 'shadowed'),
+      decision('shadow-denied', 'store', 1, 'shadowed'),
+    ]);
+    // The allowed one left 0 of 1.
+    expect(await recorded.counts(NEAR_LIMIT)).toEqual([
+      { attributes: { 'ratelimit.scope': 'shadowed', 'ratelimit.source': 'store' }, value: 1 },
+    ]);
+  });
+
+  it('follows the breaker: 0 while Redis answers, 1 once it has failed 3 times in a row, 0 again after it answers', async () => {
+    const recorded = sdk();
+    const server = await RedisServer.start();
+    try {
+      const app = await start({ redis: server.url, failureMode: 'open', metrics: { meterProvider: recorded.provider } });
+      const breaker = async () => (await recorded.points(BREAKER_OPEN)).map((p) => p.value);
+      await get(app).expect(200);
+      expect(await breaker()).toEqual([0]);
+      await server.stop();
+      for (let i = 0; i < 2; i++) await get(app).expect(200);
+      // Two failures in a row: not yet.
+      expect(await breaker()).toEqual([0]);
+      await get(app).expect(200);
+      expect(await breaker()).toEqual([1]);
+      await server.start();
+      const deadline = Date.now() + 10_000;
+      const fromStore = async () =>
+        (await recorded.counts(DECISIONS)).filter((d) => d.attributes['ratelimit.source'] === 'store').reduce((n, d) => n + d.value, 0);
+      while ((await fromStore()) < 2 && Date.now() < deadline) {
+        await get(app);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(await fromStore()).toBeGreaterThanOrEqual(2);
+      expect(await breaker()).toEqual([0]);
+    } finally {
+      await server.stop();
+    }
+  });
+
   it('stops reporting the breaker once its app is closed (the provider outlives it)', async () => {
     // Delta: a collection holds only what was observed since the last one, not the value kept from before.
     const recorded = sdk(AggregationTemporality.DELTA);
@@ -206,10 +251,14 @@ describe.each(PLATFORMS)('OpenTelemetry metrics on %s', (platform) => {
     const warnings = new WarningRecorder();
     const app = await start({ metrics: true }, warnings);
     expect(app.get(RateLimitEvents).decisionsWatched).toBe(false);
-    expect(warnings.warnings).toEqual([expect.stringMatching(/^metrics: true, but no OpenTelemetry MeterProvider is registered/)]);
+    // Nest's logger is global: other apps of this file (a failing Redis) may log meanwhile.
+    const aboutMetrics = (recorder: WarningRecorder) => recorder.warnings.filter((w) => /metrics|MeterProvider/.test(w));
+    expect(aboutMetrics(warnings)).toEqual([
+      expect.stringMatching(/^metrics: true, but no OpenTelemetry MeterProvider is registered: nothing is recorded\. Start the SDK/),
+    ]);
     const quiet = new WarningRecorder();
     await start({}, quiet);
-    expect(quiet.warnings).toEqual([]);
+    expect(aboutMetrics(quiet)).toEqual([]);
   });
 
   it('looks the global provider up at bootstrap: one registered after app.init() is not used', async () => {
