@@ -19,7 +19,7 @@ import { BucketService, type Verdict, type VerdictSource } from '../bucket/bucke
 import { Deadlines, RateLimitTimeoutError } from '../bucket/with-timeout.js';
 import { type BucketRequest, toDecision } from '../bucket/token-bucket.js';
 import { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js';
-import { apiKeyIdentity, createDigest, type Digest, identity, ipIdentity, routeKey } from '../keys/identity.js';
+import { createDigest, type Digest, ipIdentity, routeIdentity, routeKey } from '../keys/identity.js';
 import type { CompiledPolicy } from '../policies/policy.js';
 import { PolicyRegistry, type RoutePlan } from '../policies/policy-registry.js';
 import { RATE_LIMIT_ENHANCER, RATE_LIMIT_VERDICT } from '../rate-limit.constants.js';
@@ -508,7 +508,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
       }
       if ((typeof user === 'string' && user !== '') || (typeof user === 'number' && Number.isFinite(user))) {
         const value = String(user);
-        return { kind: 'user', value, id: identity('user', value, this.hash) };
+        return { kind: 'user', value, id: routeIdentity({ user: value }, this.hash) };
       }
       this.once(
         `nouser|${plan.route}|${policy.scope}`,
@@ -530,7 +530,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
       this.logger.warn(`keys.apiKey ${failure(error)}; using the IP bucket`);
     }
     return typeof key === 'string' && key !== ''
-      ? { kind: 'apiKey', value: key, id: apiKeyIdentity(key, this.hash) }
+      ? { kind: 'apiKey', value: key, id: routeIdentity({ apiKey: key }, this.hash) }
       : ipWho(hooks.getIp(request));
   }
 
@@ -543,7 +543,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     const name = keyBy.name || '(anonymous)';
     try {
       const value: unknown = await this.bounded(keyBy(context));
-      if (typeof value === 'string' && value !== '') return { kind: 'custom', value, id: identity('id', value, this.hash) };
+      if (typeof value === 'string' && value !== '') return { kind: 'custom', value, id: routeIdentity({ id: value }, this.hash) };
       this.logger.warn(`keyBy function ${name} returned ${value === '' ? 'an empty string' : typeof value}; using the IP bucket`);
     } catch (error) {
       this.logger.warn(`keyBy function ${name} ${failure(error)}; using the IP bucket`);
@@ -645,6 +645,7 @@ function newDecided(): Decided {
 }
 
 function ipWho(address: string | undefined): Who {
+  // routeIdentity({ ip }) is ipIdentity: called directly on the hot path, without the object.
   const id = ipIdentity(address);
   return { kind: 'ip', value: id.slice(3), id };
 }
