@@ -2,7 +2,8 @@ import { createHmac } from 'node:crypto';
 import { type INestApplication, Module } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { BucketService, type FailureMode, RateLimitModule, RateLimitUnavailableError } from 'nest-redis-rate-limit';
+import { BucketService, type FailureMode, MemoryBucketStore, RateLimitModule, RateLimitUnavailableError } from 'nest-redis-rate-limit';
+import { resolveOptions } from '../../libs/rate-limit/src/rate-limit.options-resolver.js';
 import { createApp, PLATFORMS, type Platform } from '../support/app.js';
 import { deleteKeys, RedisServer, redisUrl, testPrefix, tokensOf } from '../support/redis.js';
 import { RouteBucketsController } from './route-buckets.controller.js';
@@ -321,4 +322,14 @@ describe.each(['open', 'closed', 'local'] as const)("route buckets while Redis i
       await ip().expect(200);
     });
   }
+});
+
+describe('a BucketService built by hand', () => {
+  it('knows no routes, and says why instead of guessing a key', async () => {
+    const buckets = new BucketService(new MemoryBucketStore(), resolveOptions({ store: 'memory' }));
+    await expect(buckets.resetRoute('login', { ip: '1.2.3.4' })).rejects.toThrow(
+      new Error('BucketService.resetRoute("login"): this BucketService knows no routes (it was not created by RateLimitModule)'),
+    );
+    await expect(buckets.peekRoute('login', { ip: '1.2.3.4' }, { capacity: 2, refillPerSecond: 1 })).rejects.toThrow('knows no routes');
+  });
 });
