@@ -180,6 +180,3 @@ export const TOKEN_BUCKET_COMMAND = `rateLimitTokenBucket_${createHash('sha1')
   .slice(0, 12)}`;
 
 export type TokenBucketMode = 'take' | 'peek' | 'refund';
-
-/** The script's mode argument: '+b' when a bucket of the call has a penalty (4 arguments per bucket). */
-export type TokenBucketModeArgument = TokenBucketMode | `${TokenBucketMode}+b`;
