@@ -10,7 +10,9 @@ import {
 } from '@nestjs/common';
 import { GUARDS_METADATA, INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
 import { ApplicationConfig, ModuleRef, ModulesContainer } from '@nestjs/core';
-import { catchError, mergeMap, type Observable } from 'rxjs';
+import type { Observable } from 'rxjs';
+// From 'rxjs/operators': the 'rxjs' entry point exports operators only since 7.2, and the peer range starts at 7.1.
+import { catchError, mergeMap } from 'rxjs/operators';
 import { RateLimitEvents } from '../events/rate-limit-events.js';
 import type { RateLimitIdentity } from '../rate-limit.interfaces.js';
 import { AddressList } from './allow-list.js';
