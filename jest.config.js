@@ -1,5 +1,32 @@
-/** Unit specs beside the library code, e2e specs in test/<scenario>/; all against a real Redis. */
-export default {
+/**
+ * Unit specs beside the library code, e2e specs in test/<scenario>/; all against a real Redis.
+ *
+ * Two projects, which `npm test` runs one after the other:
+ * - `timing`: the files whose assertions depend on wall-clock time (a wait bounded by timeoutMs,
+ *   allowed ≤ B + R·T, Retry-After after a measured span, retries within a sleep...). Run alone and
+ *   in band (`jest --selectProjects timing --runInBand`), so that no other test file, tsc build or
+ *   worker app shares the CPU with them.
+ * - `fast`: everything else, in parallel.
+ * A new file whose assertions depend on timing belongs in TIMING below.
+ *
+ * globalSetup finds (or starts) one Redis for the whole run and exports REDIS_URL; globalTeardown
+ * stops it and kills every process group a test left running (test/support/test-run.ts).
+ */
+const TIMING = [
+  'test/failure-modes/',
+  'test/clock-skew/',
+  'test/multi-process/',
+  'test/deny-cache/',
+  'test/gateway/',
+  'test/api-keys/',
+  'test/http-headers/',
+  'test/redis-connection/connection-errors.e2e-spec.ts',
+  'test/redis-connection/failover-and-shutdown.e2e-spec.ts',
+  'libs/rate-limit/src/bucket/with-timeout.spec.ts',
+];
+const escape = (path) => path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+const common = {
   testEnvironment: 'node',
   rootDir: '.',
   extensionsToTreatAsEsm: ['.ts'],
@@ -12,5 +39,21 @@ export default {
   },
   testMatch: ['<rootDir>/libs/**/*.spec.ts', '<rootDir>/test/**/*.e2e-spec.ts'],
   testTimeout: 30_000,
+  globalSetup: '<rootDir>/test/support/global-setup.mjs',
+  globalTeardown: '<rootDir>/test/support/global-teardown.mjs',
+};
+
+export default {
+  globalSetup: common.globalSetup,
+  globalTeardown: common.globalTeardown,
+  testTimeout: common.testTimeout,
   maxWorkers: 2,
+  projects: [
+    { ...common, displayName: 'fast', testPathIgnorePatterns: ['/node_modules/', ...TIMING.map((p) => `<rootDir>/${escape(p)}`)] },
+    {
+      ...common,
+      displayName: 'timing',
+      testMatch: TIMING.map((p) => (p.endsWith('/') ? `<rootDir>/${p}**/*.e2e-spec.ts` : `<rootDir>/${p}`)),
+    },
+  ],
 };

@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { PLATFORMS } from '../support/app.js';
-import { buildWorkerApp, LoadDriver, startWorker, type Worker, type WorkerBuild } from '../support/processes.js';
+import { buildWorkerApp, LoadDriver, startWorkers, stopAll, type Worker, type WorkerBuild } from '../support/processes.js';
 import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
 import { B, R, SLOW } from '../support/worker-app/worker.controller.js';
 
@@ -34,9 +34,10 @@ describe.each(PLATFORMS)('two %s instances with clocks 10 minutes apart', (platf
   beforeAll(async () => {
     const url = await redisUrl();
     client = new Redis(url);
-    [ahead, behind] = await Promise.all([
-      startWorker(build.entry, { redisUrl: url, keyPrefix: prefix, platform, clockSkewMs: AHEAD_MS }),
-      startWorker(build.entry, { redisUrl: url, keyPrefix: prefix, platform, clockSkewMs: BEHIND_MS }),
+    // If one fails to start, the other is stopped before this rejects.
+    [ahead, behind] = await startWorkers(build.entry, [
+      { redisUrl: url, keyPrefix: prefix, platform, clockSkewMs: AHEAD_MS },
+      { redisUrl: url, keyPrefix: prefix, platform, clockSkewMs: BEHIND_MS },
     ]);
     driver = new LoadDriver([ahead.url, behind.url], 16);
     await driver.drive('/ping', {}, 200);
@@ -44,9 +45,12 @@ describe.each(PLATFORMS)('two %s instances with clocks 10 minutes apart', (platf
 
   afterAll(async () => {
     driver?.close();
-    await Promise.all([ahead?.stop(), behind?.stop()]);
-    await deleteKeys(client, prefix);
-    await client.quit();
+    try {
+      await stopAll([ahead, behind]);
+    } finally {
+      await deleteKeys(client, prefix);
+      await client.quit();
+    }
   }, 30_000);
 
   it('runs the two instances with Date.now() 10 minutes apart', async () => {

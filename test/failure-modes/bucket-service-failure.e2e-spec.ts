@@ -43,8 +43,12 @@ describe("BucketService with failureMode 'closed' while its Redis is down", () =
   });
 
   afterAll(async () => {
-    await moduleRef?.close();
-    await server?.stop();
+    try {
+      await moduleRef?.close();
+    } finally {
+      // Even if closing failed.
+      await server?.stop();
+    }
   });
 
   async function rejection(call: () => Promise<unknown>): Promise<unknown> {
@@ -87,8 +91,12 @@ describe("BucketService with failureMode 'open' while its Redis is down", () => 
   });
 
   afterAll(async () => {
-    await moduleRef?.close();
-    await server?.stop();
+    try {
+      await moduleRef?.close();
+    } finally {
+      // Even if closing failed.
+      await server?.stop();
+    }
   });
 
   it('consume() allows as if the bucket were full, even one Redis had emptied', async () => {
@@ -138,8 +146,12 @@ describe.each(PLATFORMS)("a controller calling BucketService with failureMode 'c
   });
 
   afterAll(async () => {
-    await app?.close();
-    await server?.stop();
+    try {
+      await app?.close();
+    } finally {
+      // Even if closing failed.
+      await server?.stop();
+    }
   });
 
   it('answers 503 with the guard’s body when consume() rejects uncaught', async () => {
@@ -169,10 +181,14 @@ describe('timeoutMs with a Redis client the application passed in', () => {
   });
 
   afterAll(async () => {
-    server?.signal('SIGCONT');
-    await moduleRef?.close();
-    client?.disconnect();
-    await server?.stop();
+    try {
+      server?.signal('SIGCONT');
+      await moduleRef?.close();
+      client?.disconnect();
+    } finally {
+      // Even if closing failed.
+      await server?.stop();
+    }
   });
 
   it('gives up on a Redis that stopped answering after timeoutMs, and decides through it again once it answers', async () => {

@@ -42,8 +42,12 @@ describe('what the limiter logs while Redis fails', () => {
     });
 
     afterAll(async () => {
-      await moduleRef?.close();
-      await server?.stop();
+      try {
+        await moduleRef?.close();
+      } finally {
+        // Even if closing failed.
+        await server?.stop();
+      }
     });
 
     it('logs one warning for 200 failed decisions, naming the error and what requests get', async () => {

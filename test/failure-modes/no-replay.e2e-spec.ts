@@ -45,10 +45,14 @@ describe('commands in flight when the connection to Redis drops', () => {
   });
 
   afterAll(async () => {
-    replaying?.disconnect();
-    check?.disconnect();
-    await moduleRef?.close();
-    await server?.stop();
+    try {
+      replaying?.disconnect();
+      check?.disconnect();
+      await moduleRef?.close();
+    } finally {
+      // Even if closing failed.
+      await server?.stop();
+    }
   });
 
   it('are failed, and never run by the server that comes back on the same port', async () => {

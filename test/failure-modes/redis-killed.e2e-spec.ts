@@ -53,11 +53,15 @@ describe.each(PLATFORMS)('Redis killed under load on %s', (platform) => {
     });
 
     afterAll(async () => {
-      stopAllLoads();
-      await app?.close();
-      client?.disconnect();
-      // The server is this file's own and keeps nothing on disk: killing it removes every key it held.
-      await server?.stop();
+      try {
+        stopAllLoads();
+        await app?.close();
+        client?.disconnect();
+        // The server is this file's own and keeps nothing on disk: killing it removes every key it held.
+      } finally {
+        // Even if closing failed.
+        await server?.stop();
+      }
     });
 
     it(`answers every request within timeoutMs + 200 ms when Redis dies with ${WAVE} decisions inside it, as '${mode}' says`, async () => {

@@ -61,11 +61,15 @@ describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
     });
 
     afterAll(async () => {
-      stopAllLoads();
-      await app?.close();
-      client?.disconnect();
-      // This file's own server: stopping it removes every key it held.
-      await server?.stop();
+      try {
+        stopAllLoads();
+        await app?.close();
+        client?.disconnect();
+        // This file's own server: stopping it removes every key it held.
+      } finally {
+        // Even if closing failed.
+        await server?.stop();
+      }
     });
 
     it(`answers within timeoutMs + 200 ms while Redis is frozen (SIGSTOP) for ${FREEZE_MS} ms, and sends it a bounded number of commands`, async () => {
@@ -163,8 +167,12 @@ describe('BucketService with a frozen Redis', () => {
   });
 
   afterAll(async () => {
-    await moduleRef?.close();
-    await server?.stop();
+    try {
+      await moduleRef?.close();
+    } finally {
+      // Even if closing failed.
+      await server?.stop();
+    }
   });
 
   it('once decisions fail in a row, makes only one at a time wait for a Redis that stopped answering; the others follow failureMode at once', async () => {

@@ -61,9 +61,13 @@ describe.each(PLATFORMS)('Redis unreachable at start-up on %s', (platform) => {
     });
 
     afterAll(async () => {
-      await app?.close();
-      client?.disconnect();
-      await server?.stop();
+      try {
+        await app?.close();
+        client?.disconnect();
+      } finally {
+        // Even if closing failed.
+        await server?.stop();
+      }
     });
 
     it('starts after waiting at most about a second for Redis, and says it goes on without it', () => {

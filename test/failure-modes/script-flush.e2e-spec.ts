@@ -37,10 +37,14 @@ describe.each(PLATFORMS)('SCRIPT FLUSH while the app runs on %s', (platform) => 
   });
 
   afterAll(async () => {
-    stopAllLoads();
-    await app?.close();
-    client?.disconnect();
-    await server?.stop();
+    try {
+      stopAllLoads();
+      await app?.close();
+      client?.disconnect();
+    } finally {
+      // Even if closing failed.
+      await server?.stop();
+    }
   });
 
   it('reloads the script on the next decision and keeps counting the same bucket', async () => {

@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import type { Platform } from '../support/app.js';
-import { buildWorkerApp, LoadDriver, startWorker, type Worker, type WorkerBuild } from '../support/processes.js';
+import { buildWorkerApp, LoadDriver, startWorkers, stopAll, type Worker, type WorkerBuild } from '../support/processes.js';
 import { deleteKeys, redisUrl, testPrefix, tokensOf } from '../support/redis.js';
 import { B, HOURLY, R } from '../support/worker-app/worker.controller.js';
 
@@ -28,8 +28,10 @@ describe('four processes (2 Express, 2 Fastify) share one bucket exactly', () =>
     client = new Redis(url);
     build = await buildWorkerApp();
     const entry = build.entry;
-    workers = await Promise.all(
-      PROCESSES.map((platform) => startWorker(entry, { redisUrl: url, keyPrefix: prefix, platform })),
+    // If one fails to start, the others are stopped before this rejects.
+    workers = await startWorkers(
+      entry,
+      PROCESSES.map((platform) => ({ redisUrl: url, keyPrefix: prefix, platform })),
     );
     driver = new LoadDriver(
       workers.map((w) => w.url),
@@ -43,10 +45,13 @@ describe('four processes (2 Express, 2 Fastify) share one bucket exactly', () =>
 
   afterAll(async () => {
     driver?.close();
-    await Promise.all(workers.map((w) => w.stop()));
-    await build?.remove();
-    await deleteKeys(client, prefix);
-    await client.quit();
+    try {
+      await stopAll(workers);
+    } finally {
+      await build?.remove();
+      await deleteKeys(client, prefix);
+      await client.quit();
+    }
   }, 30_000);
 
   it('runs every worker in a process of its own', () => {

@@ -1,9 +1,10 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Cluster, type ClusterOptions, Redis } from 'ioredis';
+import { killChild, spawnChild } from './children.js';
 import { freePort, pingRedis } from './redis.js';
 
 /**
@@ -65,8 +66,9 @@ export class LocalCluster {
       while (ports.includes(port) || ports.includes(port + BUS_OFFSET) || ports.includes(port - BUS_OFFSET));
       ports.push(port);
     }
+    // Each node in a process group of its own, recorded: the run's teardown kills any a test leaves.
     const processes = ports.map((port) =>
-      spawn(
+      spawnChild(
         'redis-server',
         [
           '--port', String(port),
@@ -81,6 +83,7 @@ export class LocalCluster {
         { stdio: 'ignore' },
       ),
     );
+    for (const child of processes) child.unref();
     const cluster = new LocalCluster(
       ports.map((port) => ({ host: '127.0.0.1', port })),
       processes,
@@ -146,14 +149,7 @@ export class LocalCluster {
 
   /** Kills every node and deletes their cluster config files. */
   async stop(): Promise<void> {
-    await Promise.all(
-      this.processes.map((child) => {
-        if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-        const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-        child.kill('SIGKILL');
-        return exited;
-      }),
-    );
+    await Promise.all(this.processes.map((child) => killChild(child)));
     await rm(this.dir, { recursive: true, force: true });
   }
 }

@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { rm } from 'node:fs/promises';
 import { Agent, request as httpRequest } from 'node:http';
@@ -8,6 +8,7 @@ import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { Platform } from './app.js';
+import { isRunning, killChild, signalChild, spawnChild } from './children.js';
 import { IN_FLIGHT_HEADER, SERVED_HEADER } from './worker-app/worker.controller.js';
 
 /**
@@ -23,10 +24,10 @@ const WORKER_TSCONFIG = join(ROOT, 'test/support/worker-app/tsconfig.json');
 /** Runs a command to completion; rejects with its output when it fails. */
 function run(command: string, args: string[]): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawnChild(command, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
-    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
     child.on('error', reject);
     child.on('exit', (code) =>
       code === 0 ? resolve() : reject(new Error(`${command} ${args.join(' ')} exited with ${code}:\n${output}`)),
@@ -82,37 +83,75 @@ export function startWorker(entry: string, options: WorkerOptions): Promise<Work
     PLATFORM: options.platform,
     CLOCK_SKEW_MS: String(options.clockSkewMs ?? 0),
   };
-  const child: ChildProcess = spawn(process.execPath, [entry], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  // Its own process group, recorded: the run's teardown kills it if the test never stops it.
+  const child: ChildProcess = spawnChild(process.execPath, [entry], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
-      await exited;
-      clearTimeout(timer);
-    }
+    if (!isRunning(child)) return;
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    signalChild(child, 'SIGTERM');
+    const timer = setTimeout(() => signalChild(child, 'SIGKILL'), 5_000);
+    await exited;
+    clearTimeout(timer);
   };
   return new Promise<Worker>((resolve, reject) => {
+    let spawnError: Error | undefined;
+    child.once('error', (error) => (spawnError = error));
     const timer = setTimeout(() => {
-      void stop();
-      reject(new Error(`worker app did not listen within 30 s:\n${stderr}`));
+      reject(new Error(`worker app did not listen within 30 s (killed):\n${stderr}`));
+      void killChild(child);
     }, 30_000);
     child.once('exit', (code, signal) => {
       clearTimeout(timer);
-      reject(new Error(`worker app exited (${code ?? signal}) before it listened:\n${stderr}`));
+      reject(new Error(`worker app exited (${spawnError?.message ?? code ?? signal}) before it listened:\n${stderr}`));
     });
     createInterface({ input: child.stdout! }).on('line', (line) => {
+      let ready: { url: string; pid: number };
       try {
-        const ready = JSON.parse(line) as { url: string; pid: number };
-        clearTimeout(timer);
-        resolve({ url: ready.url, pid: ready.pid, platform: options.platform, stop });
+        ready = JSON.parse(line) as { url: string; pid: number };
       } catch {
-        // Not the readiness line.
+        return; // Not the readiness line.
       }
+      clearTimeout(timer);
+      // A test that forgets stop() must not keep its jest worker alive: the teardown kills the app.
+      child.unref();
+      (child.stdout as unknown as { unref?: () => void }).unref?.();
+      (child.stderr as unknown as { unref?: () => void }).unref?.();
+      resolve({ url: ready.url, pid: ready.pid, platform: options.platform, stop });
     });
   });
+}
+
+/**
+ * Starts every item with `start` at once and waits until each has started or failed
+ * (`Promise.allSettled`). If any failed, stops every one that came up, then rejects with the first
+ * failure: a failed start never leaves the others running.
+ */
+export async function startAll<T extends { stop(): Promise<void> }, O>(
+  items: readonly O[],
+  start: (item: O) => Promise<T>,
+): Promise<Awaited<T>[]> {
+  const settled = await Promise.allSettled(items.map((item) => start(item)));
+  const failures = settled.filter((s): s is PromiseRejectedResult => s.status === 'rejected');
+  const started = settled.filter((s): s is PromiseFulfilledResult<Awaited<T>> => s.status === 'fulfilled').map((s) => s.value);
+  if (failures.length === 0) return started;
+  await Promise.allSettled(started.map((worker) => worker.stop()));
+  const error = failures[0].reason;
+  if (failures.length > 1 && error instanceof Error) error.message += `\n(and ${failures.length - 1} more failed to start)`;
+  throw error;
+}
+
+/** Starts one worker app per options, at once; if any fails, stops the ones that came up (`startAll`). */
+export function startWorkers(entry: string, options: readonly WorkerOptions[]): Promise<Worker[]> {
+  return startAll(options, (o) => startWorker(entry, o));
+}
+
+/** Stops every worker, waiting for all even if some stop fails; rethrows the first failure. */
+export async function stopAll(workers: readonly ({ stop(): Promise<void> } | undefined)[]): Promise<void> {
+  const settled = await Promise.allSettled(workers.map((w) => w?.stop()));
+  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) throw failed.reason;
 }
 
 /** Outcome of one GET. */

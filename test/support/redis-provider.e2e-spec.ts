@@ -1,4 +1,4 @@
-import { findRedis, LOCAL_REDIS, machineProbes, type RedisProbes, type RuntimeProbe } from './redis.js';
+import { findRedis, isLoopback, LOCAL_REDIS, machineProbes, type RedisProbes, type RuntimeProbe } from './redis.js';
 
 /**
  * The order in which the tests find a Redis, with every probe stubbed: no Redis, binary or Docker
@@ -42,7 +42,7 @@ function stubbed(machine: Machine): { probes: RedisProbes; calls: string[] } {
   return { probes, calls };
 }
 
-describe('findRedis: REDIS_URL, then 127.0.0.1:6379, then a redis-server binary, then a container, then an error', () => {
+describe('findRedis: REDIS_URL (or, on a silent loopback port, a redis-server of its own), then 127.0.0.1:6379, then a redis-server binary, then a container, then an error', () => {
   it('takes REDIS_URL when it answers, and asks nothing else', async () => {
     const { probes, calls } = stubbed({ configuredUrl: 'redis://cache:6380', answering: ['redis://cache:6380', LOCAL_REDIS] });
     expect(await findRedis(probes)).toEqual({ url: 'redis://cache:6380', source: 'REDIS_URL' });
@@ -53,6 +53,18 @@ describe('findRedis: REDIS_URL, then 127.0.0.1:6379, then a redis-server binary,
     const { probes, calls } = stubbed({ configuredUrl: 'redis://cache:6380', answering: [LOCAL_REDIS], binary: true });
     await expect(findRedis(probes)).rejects.toThrow('REDIS_URL=redis://cache:6380 does not answer PING');
     expect(calls).toEqual(['ping redis://cache:6380']);
+  });
+
+  it('starts a redis-server of its own when REDIS_URL names a loopback port where nothing listens', async () => {
+    const { probes, calls } = stubbed({ configuredUrl: 'redis://127.0.0.1:1', answering: [LOCAL_REDIS], binary: true });
+    expect(await findRedis(probes)).toEqual({ url: 'redis://127.0.0.1:40001', source: 'redis-server' });
+    expect(calls).toEqual(['ping redis://127.0.0.1:1', 'binary?', 'start redis-server']);
+  });
+
+  it('fails on a loopback REDIS_URL that does not answer when there is no redis-server binary', async () => {
+    const { probes, calls } = stubbed({ configuredUrl: 'redis://localhost:6390', answering: [LOCAL_REDIS] });
+    await expect(findRedis(probes)).rejects.toThrow('REDIS_URL=redis://localhost:6390 does not answer PING');
+    expect(calls).toEqual(['ping redis://localhost:6390', 'binary?']);
   });
 
   it('takes 127.0.0.1:6379 when REDIS_URL is unset and it answers', async () => {
@@ -108,4 +120,15 @@ describe('findRedis: REDIS_URL, then 127.0.0.1:6379, then a redis-server binary,
     const runtime = await machineProbes().containerRuntime();
     if (!runtime.answers) expect(runtime.reason).toMatch(/^(testcontainers cannot be loaded on Node|no container runtime answers: )/);
   }, 60_000);
+});
+
+describe('isLoopback', () => {
+  it('knows the addresses of this machine from the others', () => {
+    for (const url of ['redis://127.0.0.1:1', 'redis://127.1.2.3:6379', 'redis://localhost:6380', 'redis://[::1]:6379', 'redis://:pw@127.0.0.1:6379/2']) {
+      expect([url, isLoopback(url)]).toEqual([url, true]);
+    }
+    for (const url of ['redis://cache:6380', 'redis://10.0.0.5:6379', 'redis://128.0.0.1:6379', 'not a url']) {
+      expect([url, isLoopback(url)]).toEqual([url, false]);
+    }
+  });
 });

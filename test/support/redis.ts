@@ -1,14 +1,17 @@
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:net';
 import { type Cluster, Redis } from 'ioredis';
-import { redisAnswers } from 'nest-redis-rate-limit';
+// The module itself, not the package index: the run's globalSetup loads this file outside jest.
+import { redisAnswers } from '../../libs/rate-limit/src/stores/redis-probe.js';
+import { isRunning, killChild, signalChild, spawnChild } from './children.js';
 
 /**
  * Redis for tests, in this order (`findRedis`): REDIS_URL; 127.0.0.1:6379 if it answers; a
  * `redis-server` binary started on a free port; a testcontainers Redis where a container runtime
- * answers; else a clear failure. Tests that stop or kill Redis use `RedisServer.start()` and never
- * touch the shared server.
+ * answers; else a clear failure. The run's globalSetup (test/support/test-run.ts) finds it once for
+ * the whole jest run and exports REDIS_URL. Tests that stop or kill Redis use `RedisServer.start()`
+ * and never touch the shared server; its process is killed by the run's teardown if a test forgets.
  */
 
 /** Answers whether PING succeeds at `url` within `timeoutMs`. */
@@ -40,9 +43,10 @@ export class RedisServer {
     private readonly extraArgs: string[],
   ) {}
 
-  static async start(extraArgs: string[] = []): Promise<RedisServer> {
+  /** A server on a free port, answering PING (see `start()`: on failure it is killed, then this throws). */
+  static async start(extraArgs: string[] = [], startTimeoutMs?: number): Promise<RedisServer> {
     const server = new RedisServer(await freePort(), extraArgs);
-    await server.start();
+    await server.start(startTimeoutMs);
     return server;
   }
 
@@ -63,36 +67,51 @@ export class RedisServer {
     return this.child?.pid;
   }
 
-  /** Starts (or starts again, on the same port) and waits until it answers PING. */
-  async start(): Promise<void> {
-    const child = spawn(
+  /**
+   * Starts (or starts again, on the same port) and waits until it answers PING, at most
+   * `startTimeoutMs` (10 s). A server that exits or does not answer is killed before this throws.
+   */
+  async start(startTimeoutMs = 10_000): Promise<void> {
+    const child = spawnChild(
       'redis-server',
       ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...this.extraArgs],
       { stdio: 'ignore' },
     );
     this.child = child;
-    const deadline = Date.now() + 10_000;
-    while (Date.now() < deadline) {
-      if (child.exitCode !== null) throw new Error(`redis-server on port ${this.port} exited with ${child.exitCode}`);
+    // A test that forgets stop() must not keep its jest worker alive: the run's teardown kills it.
+    child.unref();
+    let spawnError: Error | undefined;
+    child.once('error', (error) => (spawnError = error));
+    const deadline = Date.now() + startTimeoutMs;
+    let failure: string;
+    for (;;) {
+      if (spawnError) {
+        failure = `could not be started: ${spawnError.message}`;
+        break;
+      }
+      if (!isRunning(child)) {
+        failure = `exited with ${child.exitCode ?? child.signalCode}`;
+        break;
+      }
       if (await pingRedis(this.url, 500)) return;
+      if (Date.now() >= deadline) {
+        failure = `did not answer within ${startTimeoutMs} ms`;
+        break;
+      }
       await new Promise((r) => setTimeout(r, 50));
     }
-    throw new Error(`redis-server on port ${this.port} did not answer within 10 s`);
+    await killChild(child);
+    throw new Error(`redis-server (pid ${child.pid}) on port ${this.port} ${failure}`);
   }
 
   /** Sends a signal (SIGKILL to crash it, SIGSTOP / SIGCONT to freeze and thaw it). */
   signal(signal: NodeJS.Signals): void {
-    this.child?.kill(signal);
+    if (this.child) signalChild(this.child, signal);
   }
 
-  /** Kills the server and waits until the process is gone. */
+  /** Kills the server (SIGCONT first, so that a frozen server dies at once) and waits until it is gone. */
   async stop(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
-    const child = this.child;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    child.kill('SIGCONT');
-    child.kill(signal);
-    await exited;
+    if (this.child) await killChild(this.child, signal);
   }
 }
 
@@ -117,14 +136,31 @@ export interface RedisProbes {
 
 export const LOCAL_REDIS = 'redis://127.0.0.1:6379';
 
+/** Whether `url` names this machine (127.0.0.0/8, ::1 or localhost). */
+export function isLoopback(url: string): boolean {
+  let host: string;
+  try {
+    host = new URL(url).hostname;
+  } catch {
+    return false;
+  }
+  return host === 'localhost' || host === '[::1]' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
 /**
- * The first Redis available: REDIS_URL (which must answer: it is never silently replaced); else
+ * The first Redis available: REDIS_URL (which must answer: it is never silently replaced by another
+ * server, but when it names a loopback port where nothing listens and redis-server is installed, a
+ * redis-server of the run's own is started on a free port, e.g. with REDIS_URL=redis://127.0.0.1:1); else
  * 127.0.0.1:6379 if it answers; else a `redis-server` binary started on a free port; else a container
  * through testcontainers when a container runtime answers; else an error saying how to get one.
  */
 export async function findRedis(probes: RedisProbes): Promise<{ url: string; source: RedisSource }> {
   if (probes.configuredUrl) {
     if (await probes.ping(probes.configuredUrl)) return { url: probes.configuredUrl, source: 'REDIS_URL' };
+    // Nothing on a loopback port (e.g. redis://127.0.0.1:1): the run starts a redis-server of its own.
+    if (isLoopback(probes.configuredUrl) && probes.hasRedisServerBinary()) {
+      return { url: await probes.startRedisServer(), source: 'redis-server' };
+    }
     throw new Error(`REDIS_URL=${probes.configuredUrl} does not answer PING`);
   }
   if (await probes.ping(LOCAL_REDIS)) return { url: LOCAL_REDIS, source: '127.0.0.1:6379' };
@@ -144,14 +180,18 @@ export async function findRedis(probes: RedisProbes): Promise<{ url: string; sou
   );
 }
 
+/** What `machineProbes` started: the run's teardown stops them (test/support/test-run.ts). */
+export const startedForRun: { stop(): Promise<unknown> }[] = [];
+
 /** The probes of this machine, now. testcontainers is imported only when the earlier choices failed. */
 export const machineProbes = (): RedisProbes => ({
   configuredUrl: process.env.REDIS_URL,
   ping: (url) => pingRedis(url),
   hasRedisServerBinary,
   async startRedisServer() {
+    // Spawned detached and recorded (spawnChild): the run's teardown kills it even if this process dies.
     const server = await RedisServer.start();
-    process.once('exit', () => server.signal('SIGKILL'));
+    startedForRun.push(server);
     return server.url;
   },
   async containerRuntime() {
@@ -175,15 +215,17 @@ export const machineProbes = (): RedisProbes => ({
   async startRedisContainer() {
     const { RedisContainer } = await import('@testcontainers/redis');
     const container = await new RedisContainer('redis:7').start();
-    // testcontainers' reaper removes the container if this process dies before stopping it.
-    process.once('beforeExit', () => void container.stop());
+    // Stopped by the run's teardown; testcontainers' reaper removes it if this process dies first.
+    startedForRun.push(container);
     return container.getConnectionUrl();
   },
 });
 
 /**
- * The Redis the tests share. Found once per jest worker and kept in process.env, which outlives the
- * per-file module registry; a server it had to start dies with the worker.
+ * The Redis the tests share: the one the run's globalSetup found (or started) and exported as
+ * REDIS_URL with REDIS_URL_RESOLVED=1. Without that globalSetup (another jest config), found here once
+ * per jest worker and kept in process.env; a server started then is killed by nobody but the
+ * recorded-children teardown, so use the project's jest config.
  */
 export async function redisUrl(): Promise<string> {
   if (!process.env.REDIS_URL_RESOLVED) {
