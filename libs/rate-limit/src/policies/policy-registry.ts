@@ -94,7 +94,9 @@ export class PolicyRegistry implements OnModuleInit {
     if (chosen.length === 0) return null;
     let compiled = this.compile(chosen, route, policies === undefined);
     // @SkipRateLimit('name'): those policies are left out here. A name on the handler must exist.
-    const skipped = new Set([...(Array.isArray(handlerSkip) ? handlerSkip : []), ...(Array.isArray(controllerSkip) ? controllerSkip : [])]);
+    // @SkipRateLimit(false) on the handler undoes every skip of its controller, named ones included.
+    const controllerNames = handlerSkip !== false && Array.isArray(controllerSkip) ? (controllerSkip as string[]) : [];
+    const skipped = new Set([...(Array.isArray(handlerSkip) ? (handlerSkip as string[]) : []), ...controllerNames]);
     if (skipped.size > 0) {
       for (const name of Array.isArray(handlerSkip) ? (handlerSkip as string[]) : []) {
         if (!compiled.some((p) => p.scope === name)) {
