@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnModuleInit, type Type } from '@nestjs/common';
+import { Inject, Injectable, type Type } from '@nestjs/common';
 import { PATH_METADATA } from '@nestjs/common/constants.js';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
@@ -41,7 +41,7 @@ function toPlan(route: string, policies: CompiledPolicy[]): RoutePlan {
  * route's name, and the guard does two map look-ups per request instead of walking metadata.
  */
 @Injectable()
-export class PolicyRegistry implements OnModuleInit {
+export class PolicyRegistry {
   private readonly plans = new Map<Function, Map<Function, RoutePlan | null>>();
   private readonly context: PolicyContext;
 
@@ -53,7 +53,11 @@ export class PolicyRegistry implements OnModuleInit {
     this.context = { apiKeyVerified: options.apiKey !== undefined, enforce: options.enforce };
   }
 
-  onModuleInit(): void {
+  /**
+   * Compiles the module defaults and every route's policies, so that invalid ones stop the start; called
+   * by RouteLimiter's start-up checks.
+   */
+  discoverRoutes(): void {
     // Checked even when no route uses them yet.
     this.compile(this.options.defaults, 'the module options', true);
     for (const wrapper of this.discovery.getControllers()) {

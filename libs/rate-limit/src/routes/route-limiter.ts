@@ -28,6 +28,7 @@ import { RATE_LIMIT_ENHANCER, RATE_LIMIT_VERDICT } from '../rate-limit.constants
 import { RateLimitException } from '../rate-limit.exception.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
+import { BucketStore } from '../stores/bucket-store.interface.js';
 import { ThrottledLogger } from '../throttled-logger.js';
 
 /** Where a request's identities come from, and what a refusal throws: `RateLimitGuard`'s overridable hooks. */
@@ -130,6 +131,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     private readonly modules: ModulesContainer,
     private readonly config: ApplicationConfig,
     private readonly events: RateLimitEvents,
+    @Inject(BucketStore) private readonly store: BucketStore,
     moduleRef: ModuleRef,
   ) {
     this.hash = createDigest(options.secret);
@@ -155,17 +157,40 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   }
 
   onModuleInit(): void {
-    this.assertImportedOnce();
+    this.atStart(() => {
+      this.registry.discoverRoutes();
+      this.assertImportedOnce();
+    });
   }
 
   /** Global guards and interceptors are all known by now, `useGlobalGuards()` ones included. */
   async onApplicationBootstrap(): Promise<void> {
-    if (!this.options.guard) this.assertEveryLimitedRouteRuns();
-    // Every resolver is built now: one Nest cannot build stops the start, naming its route.
-    for (const { plan } of this.registry.routes()) {
-      for (const policy of plan?.policies ?? []) {
-        if (policy.dynamic?.resolve) await this.numbers.resolver(policy.dynamic.resolve, plan!.route);
+    await this.atStart(async () => {
+      if (!this.options.guard) this.assertEveryLimitedRouteRuns();
+      // Every resolver is built now: one Nest cannot build stops the start, naming its route.
+      for (const { plan } of this.registry.routes()) {
+        for (const policy of plan?.policies ?? []) {
+          if (policy.dynamic?.resolve) await this.numbers.resolver(policy.dynamic.resolve, plan!.route);
+        }
       }
+    });
+  }
+
+  /**
+   * Runs start-up checks. One that fails stops the start, and Nest then calls no shutdown hook: the
+   * store's own Redis connection is dropped first, so that `bootstrap().catch(log)` does not leave a
+   * process that neither serves nor exits.
+   */
+  private atStart<T>(checks: () => T): T {
+    const abandon = (error: unknown): never => {
+      this.store.abandon?.();
+      throw error;
+    };
+    try {
+      const result = checks();
+      return (result instanceof Promise ? result.catch(abandon) : result) as T;
+    } catch (error) {
+      return abandon(error);
     }
   }
 

@@ -25,5 +25,10 @@ export interface BucketStore {
   delete(keys: readonly string[]): Promise<void>;
   /** True when decisions may fail or hang (a remote store), so they need a timeout. */
   readonly remote: boolean;
+  /**
+   * Drops a connection the store opened itself, at once: the application's start failed on one of the
+   * module's checks, and Nest will not call `onModuleDestroy`. A client the application passed in is left alone.
+   */
+  abandon?(): void;
 }
 export const BucketStore = Symbol('BucketStore');

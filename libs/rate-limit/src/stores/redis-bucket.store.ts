@@ -44,6 +44,8 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   private readonly script: ScriptCommand;
   /** Why a client the module created cannot connect; undefined for a client the application passed in. */
   private readonly diagnostics: RedisDiagnostics | undefined;
+  /** The start failed and the connection was dropped (`abandon`): nothing more to report about it. */
+  private abandoned = false;
 
   constructor(
     readonly client: RedisClient,
@@ -68,7 +70,13 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     if (!this.owned || this.client.status === 'ready') return;
     if (this.client.status === 'wait') this.client.connect().catch(() => undefined);
     const ready = new Promise<void>((resolve) => this.client.once('ready', resolve));
-    if (!(await settlesWithin(ready, CONNECT_WAIT_MS))) this.diagnostics?.notReadyAtStart();
+    if (!(await settlesWithin(ready, CONNECT_WAIT_MS)) && !this.abandoned) this.diagnostics?.notReadyAtStart();
+  }
+
+  abandon(): void {
+    if (!this.owned) return;
+    this.abandoned = true;
+    this.client.disconnect();
   }
 
   /**
