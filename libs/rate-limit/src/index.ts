@@ -45,7 +45,7 @@ export { METER_NAME, RateLimitMetricAttributes, RateLimitMetricNames } from './m
 export { RateLimitException } from './rate-limit.exception.js';
 export { RateLimitTimeoutError } from './bucket/with-timeout.js';
 export { BucketStore, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';
-export { MemoryBucketStore } from './stores/memory-bucket.store.js';
+export { MemoryBucketStore, type MemoryBucketStoreOptions } from './stores/memory-bucket.store.js';
 export { RedisBucketStore } from './stores/redis-bucket.store.js';
 export { redisAnswers } from './stores/redis-probe.js';
 export { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP, RATE_LIMIT_VERDICT } from './rate-limit.constants.js';

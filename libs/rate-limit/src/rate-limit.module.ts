@@ -18,11 +18,11 @@ import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-li
 import { resolveOptions } from './rate-limit.options-resolver.js';
 import { RouteLimiter } from './routes/route-limiter.js';
 import { BucketStore } from './stores/bucket-store.interface.js';
-import { MemoryBucketStore } from './stores/memory-bucket.store.js';
+import { localStoreOptions, MemoryBucketStore } from './stores/memory-bucket.store.js';
 import { createRedisClient, RedisBucketStore } from './stores/redis-bucket.store.js';
 
 function createStore(options: ResolvedRateLimitOptions): BucketStore {
-  if (options.store === 'memory') return new MemoryBucketStore();
+  if (options.store === 'memory') return new MemoryBucketStore(localStoreOptions(options, "store: 'memory'"));
   const { client, owned } = createRedisClient(options.redis);
   return new RedisBucketStore(client, owned);
 }

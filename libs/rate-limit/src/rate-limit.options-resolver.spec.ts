@@ -24,6 +24,10 @@ describe('module options', () => {
     [{ timeoutMs: 2 ** 31 }, /timeoutMs must be at most 2147483647/],
     [{ keyPrefix: 'a{b}' }, /keyPrefix must be at most 64 characters without braces/],
     [{ keys: { apiKeyHeader: 'x api key' } }, /keys.apiKeyHeader must be a header name/],
+    [{ maxLocalBuckets: 0 }, /maxLocalBuckets must be an integer from 1 to 16777216 \(got 0\)/],
+    [{ maxLocalBuckets: 2.5 }, /maxLocalBuckets must be an integer from 1 to 16777216 \(got 2.5\)/],
+    [{ maxLocalBuckets: 2 ** 24 + 1 }, /maxLocalBuckets must be an integer from 1 to 16777216 \(got 16777217\)/],
+    [{ maxLocalBuckets: '1000' }, /maxLocalBuckets must be an integer from 1 to 16777216 \(got "1000"\)/],
   ])('rejects %j with a message that says what is allowed', (options, message) => {
     expect(() => resolveOptions(options as never)).toThrow(message);
   });

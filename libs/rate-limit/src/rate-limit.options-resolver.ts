@@ -6,7 +6,11 @@ import {
 } from './rate-limit.constants.js';
 import { isIP } from 'node:net';
 import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
+import { DEFAULT_MAX_LOCAL_BUCKETS } from './stores/memory-bucket.store.js';
 import { checkRedisOption } from './stores/redis-connection.js';
+
+/** The most in-process buckets one may ask for: a JavaScript Map holds at most 2^24 entries. */
+const MAX_LOCAL_BUCKETS = 2 ** 24;
 
 /** The longest delay a Node timer accepts (2^31 - 1 ms, about 24.8 days). */
 const MAX_TIMEOUT_MS = 2 ** 31 - 1;
@@ -76,6 +80,12 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
   if (typeof resolverCacheMs !== 'number' || !Number.isFinite(resolverCacheMs) || resolverCacheMs < 0 || resolverCacheMs > MAX_TIMEOUT_MS) {
     throw new Error(`RateLimitModule: resolverCacheMs must be a number from 0 to ${MAX_TIMEOUT_MS} (got ${JSON.stringify(resolverCacheMs)})`);
   }
+  const maxLocalBuckets = options.maxLocalBuckets ?? DEFAULT_MAX_LOCAL_BUCKETS;
+  if (!Number.isSafeInteger(maxLocalBuckets) || maxLocalBuckets < 1 || maxLocalBuckets > MAX_LOCAL_BUCKETS) {
+    throw new Error(
+      `RateLimitModule: maxLocalBuckets must be an integer from 1 to ${MAX_LOCAL_BUCKETS} (got ${JSON.stringify(maxLocalBuckets)})`,
+    );
+  }
   return {
     // `null` is a mistake like any other value (no `??`): only a missing option means the default.
     redis: options.redis === undefined ? 'redis://127.0.0.1:6379' : checkRedisOption(options.redis),
@@ -97,6 +107,7 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     allowList: resolveAllowList(options.allowList),
     onDecision: options.onDecision,
     resolverCacheMs,
+    maxLocalBuckets,
     metrics: resolveMetrics(options.metrics),
   };
 }

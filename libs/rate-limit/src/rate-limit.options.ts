@@ -58,6 +58,12 @@ export interface RateLimitModuleOptions {
   /** How long a `RateLimitResolver`'s answer is reused for one identity, in ms. 0: ask it on every request. Default 1000. */
   resolverCacheMs?: number;
   /**
+   * The most buckets held in this process, by `store: 'memory'` and by the `failureMode: 'local'`
+   * fallback: beyond it, full buckets are swept and then the least recently used is forgotten (it
+   * starts full again; logged). Default 100,000.
+   */
+  maxLocalBuckets?: number;
+  /**
    * OpenTelemetry metrics (see the README's "Metrics"). Default: recorded through the global
    * MeterProvider if the app registered one before `app.init()` / `listen()`, else nothing is recorded
    * and nothing subscribed. `true`: the same, with a start-up warning when there is none. `false`: off.
@@ -97,6 +103,7 @@ export interface ResolvedRateLimitOptions {
   allowList: { ips: string[]; users: Set<string>; apiKeys: Set<string> };
   onDecision?: (event: RateLimitDecisionEvent) => void;
   resolverCacheMs: number;
+  maxLocalBuckets: number;
   metrics: ResolvedMetricsOption;
 }
 

@@ -20,7 +20,7 @@ import { ThrottledLogger } from '../throttled-logger.js';
 import { assertBucketPolicy, assertCost, type CompiledPolicy } from '../policies/policy.js';
 import { PolicyRegistry } from '../policies/policy-registry.js';
 import { BucketStore, type TakeOptions, type TakeResult } from '../stores/bucket-store.interface.js';
-import { MemoryBucketStore } from '../stores/memory-bucket.store.js';
+import { localStoreOptions, MemoryBucketStore } from '../stores/memory-bucket.store.js';
 import { DenyCache } from './deny-cache.js';
 import { type BucketRequest, mergeRepeatedKeys, toDecision } from './token-bucket.js';
 import { Deadlines, withTimeout } from './with-timeout.js';
@@ -84,7 +84,8 @@ export class RateLimitUnavailableError extends ServiceUnavailableException {
 @Injectable()
 export class BucketService {
   private readonly logger = new ThrottledLogger('RateLimit');
-  private readonly local = new MemoryBucketStore();
+  /** The buckets of `failureMode: 'local'`, emptied when the store answers again. */
+  private readonly local: MemoryBucketStore;
   /** Store calls that failed since the last one that succeeded. */
   private failuresInARow = 0;
   /** A probe (a decision asking a store that keeps failing) is on its way. */
@@ -111,6 +112,7 @@ export class BucketService {
     @Optional() private readonly events: RateLimitEvents = new RateLimitEvents(),
   ) {
     this.denyCache = options.denyCache && store.remote ? new DenyCache() : undefined;
+    this.local = new MemoryBucketStore(localStoreOptions(options, "failureMode: 'local'"));
     this.deadlines = new Deadlines(options.timeoutMs);
     this.hash = createDigest(options.secret);
   }
@@ -372,6 +374,8 @@ export class BucketService {
 
   private recovered(): void {
     this.failuresInARow = 0;
+    // Redis' buckets are the truth again; the outage's in-process ones would be stale at the next outage.
+    this.local.clear();
     const degraded = this.degraded;
     this.degraded = 0;
     this.logger.log(

@@ -8,27 +8,57 @@ import {
   repair,
   storedTtlMs,
 } from '../bucket/token-bucket.js';
+import { ThrottledLogger } from '../throttled-logger.js';
 import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
 
 interface StoredBucket extends BucketState {
   expiresAt: number;
+  /** From this time (ms) on the bucket is surely full again: forgetting it changes no decision. */
+  fullAt: number;
   /** When its penalty ends (the script's field `b`), if it ever had one. */
   blockedUntil?: number;
 }
 
-/** Entries written between two sweeps of expired buckets; keeps memory bounded by the active buckets. */
+/** Entries written between two sweeps of expired and full buckets. */
 const SWEEP_EVERY = 10_000;
+
+/** The default of `maxBuckets` (and of the module's `maxLocalBuckets`). */
+export const DEFAULT_MAX_LOCAL_BUCKETS = 100_000;
+
+export interface MemoryBucketStoreOptions {
+  /**
+   * The most buckets held at once. A new bucket beyond it first sweeps expired and full buckets (which
+   * changes no decision), then forgets the least recently written one (which starts full again). Default 100,000.
+   */
+  maxBuckets?: number;
+  /** Called with the key of each bucket forgotten before it was full (never for expired or full ones). */
+  onEvict?: (key: string) => void;
+  /** The clock in ms. Default `Date.now`. */
+  clock?: () => number;
+}
 
 /**
  * Buckets in this process: the same algorithm as the Redis script, for one instance (development,
- * tests, the demo's fallback) and for `failureMode: 'local'`.
+ * tests, the demo's fallback) and for `failureMode: 'local'`. Memory is bounded by `maxBuckets`.
  */
 export class MemoryBucketStore implements BucketStore {
   readonly remote = false;
+  /** In the order they were last written: the first is the least recently used. */
   private readonly buckets = new Map<string, StoredBucket>();
   private writesSinceSweep = 0;
+  private readonly clock: () => number;
+  private readonly maxBuckets: number;
+  private readonly onEvict: ((key: string) => void) | undefined;
 
-  constructor(private readonly clock: () => number = Date.now) {}
+  constructor(options: MemoryBucketStoreOptions = {}) {
+    const maxBuckets = options.maxBuckets ?? DEFAULT_MAX_LOCAL_BUCKETS;
+    if (!Number.isSafeInteger(maxBuckets) || maxBuckets < 1) {
+      throw new Error(`MemoryBucketStore: maxBuckets must be an integer >= 1 (got ${JSON.stringify(maxBuckets)})`);
+    }
+    this.maxBuckets = maxBuckets;
+    this.clock = options.clock ?? Date.now;
+    this.onEvict = options.onEvict;
+  }
 
   take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult & PenaltyReport> {
     try {
@@ -71,10 +101,13 @@ export class MemoryBucketStore implements BucketStore {
       } else if (states[i] === stored[i]) {
         return;
       }
+      const ts = nextTimestamp(states[i], now);
       const bucket: StoredBucket = {
         tokens: tokens[i],
-        ts: nextTimestamp(states[i], now),
+        ts,
         expiresAt: now + storedTtlMs(request, tokens[i]),
+        // Refilling from ts; one ms more than the arithmetic says, so that rounding never forgets a bucket short of full.
+        fullAt: Math.max(ts, now) + Math.ceil(((request.capacity - tokens[i]) * 1000) / request.refillPerSecond) + 1,
       };
       if (blockedUntil !== undefined) bucket.blockedUntil = blockedUntil;
       this.write(request.key, bucket, now);
@@ -85,6 +118,12 @@ export class MemoryBucketStore implements BucketStore {
   delete(keys: readonly string[]): Promise<void> {
     for (const key of keys) this.buckets.delete(key);
     return Promise.resolve();
+  }
+
+  /** Forgets every bucket (the local fallback when Redis answers again: Redis' buckets are the truth). */
+  clear(): void {
+    this.buckets.clear();
+    this.writesSinceSweep = 0;
   }
 
   /** Buckets currently held (expired ones may linger until the next sweep). */
@@ -102,14 +141,29 @@ export class MemoryBucketStore implements BucketStore {
   }
 
   private write(key: string, bucket: StoredBucket, now: number): void {
+    // Delete first, so that the Map's order stays the order of last writes.
+    if (!this.buckets.delete(key) && this.buckets.size >= this.maxBuckets) this.makeRoom(now);
     this.buckets.set(key, bucket);
     if (++this.writesSinceSweep >= SWEEP_EVERY) this.sweep(now);
   }
 
+  /**
+   * Room for one more bucket: sweep when enough writes happened since the last sweep (so a full store
+   * does not sweep on every new bucket), then forget the least recently written if still full.
+   */
+  private makeRoom(now: number): void {
+    if (this.writesSinceSweep >= Math.min(SWEEP_EVERY, Math.ceil(this.maxBuckets / 16))) this.sweep(now);
+    if (this.buckets.size < this.maxBuckets) return;
+    const [key, bucket] = this.buckets.entries().next().value as [string, StoredBucket];
+    this.buckets.delete(key);
+    if (bucket.expiresAt > now && bucket.fullAt > now) this.onEvict?.(key);
+  }
+
+  /** Forgets the buckets that are expired or full again: a missing bucket is a full one. */
   private sweep(now: number): void {
     this.writesSinceSweep = 0;
     for (const [key, bucket] of this.buckets) {
-      if (bucket.expiresAt <= now) this.buckets.delete(key);
+      if (bucket.expiresAt <= now || bucket.fullAt <= now) this.buckets.delete(key);
     }
   }
 }
@@ -121,4 +175,24 @@ function assertDistinctKeys(requests: readonly BucketRequest[]): void {
     if (keys.has(key)) throw new Error(`MemoryBucketStore: the same key twice in one call (${key}); merge them first`);
     keys.add(key);
   }
+}
+
+/**
+ * The module's options for an in-process store: `maxLocalBuckets`, and a warning (at most one per
+ * interval) when a bucket is forgotten before it was full, so a limit loosened by the bound is never silent.
+ */
+export function localStoreOptions(
+  options: { maxLocalBuckets?: number },
+  what: string,
+): MemoryBucketStoreOptions {
+  const maxBuckets = options.maxLocalBuckets ?? DEFAULT_MAX_LOCAL_BUCKETS;
+  const evictionLogger = new ThrottledLogger('RateLimit');
+  return {
+    maxBuckets,
+    onEvict: () =>
+      evictionLogger.warn(
+        `More than ${maxBuckets} buckets are in use in this process (${what}): the least recently used ones ` +
+          'are forgotten before they are full and start full again; raise maxLocalBuckets if that is too loose',
+      ),
+  };
 }

@@ -1,0 +1,77 @@
+import type { BucketRequest } from '../bucket/token-bucket.js';
+import { MemoryBucketStore } from './memory-bucket.store.js';
+
+/** capacity 2, 1 token per second: drained by one request of cost 2, full again 2 s later. */
+const drain = (key: string): BucketRequest => ({ key, capacity: 2, refillPerSecond: 1, cost: 2 });
+
+describe('MemoryBucketStore bounds', () => {
+  let now: number;
+  let evicted: string[];
+  const store = (maxBuckets: number) => {
+    evicted = [];
+    return new MemoryBucketStore({ maxBuckets, clock: () => now, onEvict: (key) => evicted.push(key) });
+  };
+  beforeEach(() => {
+    now = 1_000_000;
+  });
+
+  it('holds at most maxBuckets, forgetting the least recently written first', () => {
+    const buckets = store(100);
+    for (let i = 0; i < 250; i++) expect(buckets.takeSync([drain(`k${i}`)]).allowed).toBe(true);
+    expect(buckets.size).toBe(100);
+    // k0..k149 were forgotten before they refilled, each reported once, oldest first.
+    expect(evicted).toEqual(Array.from({ length: 150 }, (_, i) => `k${i}`));
+    // Refusals write nothing, so these two do not change the order.
+    expect(buckets.takeSync([drain('k150')]).allowed).toBe(false); // still held: drained
+    expect(buckets.takeSync([drain('k249')]).allowed).toBe(false);
+    expect(buckets.takeSync([drain('k149')]).allowed).toBe(true); // forgotten: full again (and k150 goes now)
+    expect(evicted.at(-1)).toBe('k150');
+  });
+
+  it('counts a write as use: a bucket written again moves to the back of the line', () => {
+    const buckets = store(3);
+    for (const key of ['a', 'b', 'c']) buckets.takeSync([{ ...drain(key), cost: 1 }]);
+    buckets.takeSync([{ ...drain('a'), cost: 1 }]); // a: 0 tokens now, written last
+    buckets.takeSync([drain('d')]); // evicts b, the least recently written
+    expect(evicted).toEqual(['b']);
+    expect(buckets.takeSync([drain('a')]).tokens).toEqual([0]); // a is still held, at 0 tokens
+  });
+
+  it('sweeps buckets that are full again before forgetting any that is not', () => {
+    const buckets = store(100);
+    for (let i = 0; i < 100; i++) buckets.takeSync([drain(`old${i}`)]);
+    now += 2_002; // 2 s refill the old ones (plus the 1 ms the store keeps as margin)
+    for (let i = 0; i < 100; i++) buckets.takeSync([drain(`new${i}`)]);
+    expect(evicted).toEqual([]);
+    expect(buckets.size).toBe(100);
+    for (let i = 0; i < 100; i++) expect(buckets.takeSync([drain(`new${i}`)]).allowed).toBe(false);
+  });
+
+  it('does not count a bucket as full a moment before it is', () => {
+    const buckets = store(1);
+    buckets.takeSync([drain('a')]);
+    now += 1_999; // 1.999 tokens: one short of 2 by a thousandth
+    buckets.takeSync([drain('b')]);
+    expect(evicted).toEqual(['a']); // forgotten while not full: reported
+  });
+
+  it('reports nothing for a bucket that expired or was full when it made room', () => {
+    const buckets = store(1);
+    buckets.takeSync([{ ...drain('a'), cost: 1 }]);
+    now += 1_002;
+    buckets.takeSync([drain('b')]);
+    expect(evicted).toEqual([]);
+  });
+
+  it('clear() forgets every bucket', () => {
+    const buckets = store(10);
+    for (let i = 0; i < 5; i++) buckets.takeSync([drain(`k${i}`)]);
+    buckets.clear();
+    expect(buckets.size).toBe(0);
+    expect(buckets.takeSync([drain('k0')]).allowed).toBe(true);
+  });
+
+  it.each([0, -1, 1.5, Number.NaN, '10'])('refuses maxBuckets %p', (maxBuckets) => {
+    expect(() => new MemoryBucketStore({ maxBuckets: maxBuckets as number })).toThrow(/maxBuckets must be an integer >= 1/);
+  });
+});
