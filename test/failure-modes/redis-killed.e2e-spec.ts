@@ -1,12 +1,11 @@
 import { performance } from 'node:perf_hooks';
 import type { INestApplication } from '@nestjs/common';
-import type { Redis } from 'ioredis';
 import { BucketStore, type RedisBucketStore } from 'nest-redis-rate-limit';
-import { createApp, PLATFORMS } from '../support/app.js';
-import { countByStatus, inFlightAt, sleep, startLoad, stopAllLoads, timedGet, watchCpu } from '../support/load.js';
-import { RedisServer, testPrefix } from '../support/redis.js';
-import { failureAppModule } from './app.module.js';
+import { PLATFORMS } from '../support/app.js';
+import { countByStatus, inFlightAt, sleep, startLoad, timedGet, watchCpu } from '../support/load.js';
+import { testPrefix } from '../support/redis.js';
 import { CAPACITY } from './failure.controller.js';
+import { appOnOwnRedis } from './fixture.js';
 import {
   MODES,
   THINK_MS,
@@ -19,7 +18,6 @@ import {
   figure,
   freshKeys,
   inspector,
-  limitedUrl,
   untilRedisDecides,
 } from './scenario.js';
 
@@ -38,54 +36,30 @@ const moduleClient = (app: INestApplication) =>
 describe.each(PLATFORMS)('Redis killed under load on %s', (platform) => {
   describe.each(MODES)("failureMode '%s'", (mode) => {
     const prefix = testPrefix(`redis-killed-${platform}-${mode}`);
-    let server: RedisServer;
-    let app: INestApplication;
-    let url: string;
-    let client: Redis | undefined;
-
-    beforeAll(async () => {
-      server = await RedisServer.start();
-      app = await createApp(
-        failureAppModule({ redis: server.url, keyPrefix: prefix, failureMode: mode, timeoutMs: TIMEOUT_MS }),
-        platform,
-      );
-      url = await limitedUrl(app);
-    });
-
-    afterAll(async () => {
-      try {
-        stopAllLoads();
-        await app?.close();
-        client?.disconnect();
-        // The server is this file's own and keeps nothing on disk: killing it removes every key it held.
-      } finally {
-        // Even if closing failed.
-        await server?.stop();
-      }
-    });
+    const fx = appOnOwnRedis(platform, { keyPrefix: prefix, failureMode: mode, timeoutMs: TIMEOUT_MS });
 
     it(`answers every request within timeoutMs + 200 ms when Redis dies with ${WAVE} decisions inside it, as '${mode}' says`, async () => {
       // A key Redis has denied: the deny cache keeps denying it in process, Redis or not.
-      const drained = await burst(`${url}/once`, 'drained', 2);
+      const drained = await burst(`${fx.url}/once`, 'drained', 2);
       expect(drained.map((a) => a.status)).toEqual([200, 429]);
 
       const cpu = watchCpu();
-      const load = startLoad(url, WORKERS, { headers: freshKeys('load'), thinkMs: THINK_MS });
+      const load = startLoad(fx.url, WORKERS, { headers: freshKeys('load'), thinkMs: THINK_MS });
       while (load.answers.length < 3 * WORKERS) await sleep(10);
       // Freeze Redis a moment (less than timeoutMs) so that a wave of decisions is surely inside it,
       // unanswered, when it dies.
       const freezeAt = performance.now();
-      server.signal('SIGSTOP');
-      const wave = Array.from({ length: WAVE }, (_, i) => timedGet(url, { 'x-api-key': `wave-${i}` }));
+      fx.server.signal('SIGSTOP');
+      const wave = Array.from({ length: WAVE }, (_, i) => timedGet(fx.url, { 'x-api-key': `wave-${i}` }));
       // Until the wave is written to the frozen server's connection, unanswered (inside Redis, not merely
       // sent by the test), and at most 80 ms: before the first decision gives up on it (timeoutMs).
       const until = freezeAt + 80;
-      while (moduleClient(app).commandQueue.length < WAVE && performance.now() < until) await sleep(5);
-      const insideRedis = moduleClient(app).commandQueue.length;
+      while (moduleClient(fx.app).commandQueue.length < WAVE && performance.now() < until) await sleep(5);
+      const insideRedis = moduleClient(fx.app).commandQueue.length;
       const killAt = performance.now();
       // Killed while still frozen: `stop()` alone sends SIGCONT first, which would let it answer part of the wave.
-      server.signal('SIGKILL');
-      await server.stop();
+      fx.server.signal('SIGKILL');
+      await fx.server.stop();
       const deadAt = performance.now();
       await sleep(600);
       load.stop();
@@ -112,18 +86,18 @@ describe.each(PLATFORMS)('Redis killed under load on %s', (platform) => {
       if (mode === 'closed') expect(new Set(after.map((a) => a.retryAfter))).toEqual(new Set(['1']));
 
       // Still down: a fresh key gets exactly what the mode promises, and the app still serves.
-      expectOutageBurst(mode, await burst(url, 'outage', CAPACITY + 3));
+      expectOutageBurst(mode, await burst(fx.url, 'outage', CAPACITY + 3));
       // The key Redis denied a moment ago is still denied, in every mode: that is Redis's own answer.
-      const denied = await timedGet(`${url}/once`, { 'x-api-key': 'drained' });
+      const denied = await timedGet(`${fx.url}/once`, { 'x-api-key': 'drained' });
       expect([denied.status, denied.remaining]).toEqual([429, '0']);
     });
 
     it('limits a burst through Redis again once it is back on the same port, without restarting the app', async () => {
-      await server.start();
-      client = await inspector(server.url);
-      const tookMs = await untilRedisDecides(url, client, prefix);
+      await fx.server.start();
+      fx.client = await inspector(fx.server.url);
+      const tookMs = await untilRedisDecides(fx.url, fx.client, prefix);
       figure(`${platform}/${mode} restart: Redis decides again after (ms)`, tookMs);
-      await expectRedisLimitsBurst(url, client, prefix, 'after-restart');
+      await expectRedisLimitsBurst(fx.url, fx.client, prefix, 'after-restart');
     });
   });
 });

@@ -3,11 +3,11 @@ import type { INestApplication } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import type { Redis } from 'ioredis';
 import { BucketService, BucketStore, type FailureMode, RateLimitModule, type RedisBucketStore, type Verdict } from 'nest-redis-rate-limit';
-import { createApp, PLATFORMS } from '../support/app.js';
-import { type Answer, countByStatus, sleep, startLoad, stopAllLoads, watchCpu } from '../support/load.js';
+import { PLATFORMS } from '../support/app.js';
+import { type Answer, countByStatus, sleep, startLoad, watchCpu } from '../support/load.js';
 import { commandCalls, RedisServer, testPrefix } from '../support/redis.js';
-import { failureAppModule } from './app.module.js';
 import { CAPACITY } from './failure.controller.js';
+import { appOnOwnRedis } from './fixture.js';
 import {
   MODES,
   THINK_MS,
@@ -20,7 +20,6 @@ import {
   figure,
   freshKeys,
   inspector,
-  limitedUrl,
   untilRedisDecides,
 } from './scenario.js';
 
@@ -45,51 +44,30 @@ function expectModeAnswers(mode: FailureMode, answers: readonly Answer[]): void 
 describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
   describe.each(MODES)("failureMode '%s'", (mode) => {
     const prefix = testPrefix(`redis-paused-${platform}-${mode}`);
-    let server: RedisServer;
-    let app: INestApplication;
-    let url: string;
-    let client: Redis;
-
-    beforeAll(async () => {
-      server = await RedisServer.start(['--enable-debug-command', 'yes']);
-      client = await inspector(server.url);
-      app = await createApp(
-        failureAppModule({ redis: server.url, keyPrefix: prefix, failureMode: mode, timeoutMs: TIMEOUT_MS }),
-        platform,
-      );
-      url = await limitedUrl(app);
-    });
-
-    afterAll(async () => {
-      try {
-        stopAllLoads();
-        await app?.close();
-        client?.disconnect();
-        // This file's own server: stopping it removes every key it held.
-      } finally {
-        // Even if closing failed.
-        await server?.stop();
-      }
-    });
+    const fx = appOnOwnRedis(
+      platform,
+      { keyPrefix: prefix, failureMode: mode, timeoutMs: TIMEOUT_MS },
+      { redisArgs: ['--enable-debug-command', 'yes'], inspect: true },
+    );
 
     it(`answers within timeoutMs + 200 ms while Redis is frozen (SIGSTOP) for ${FREEZE_MS} ms, and sends it a bounded number of commands`, async () => {
       const cpu = watchCpu();
-      const load = startLoad(url, WORKERS, { headers: freshKeys('load'), thinkMs: THINK_MS });
+      const load = startLoad(fx.url, WORKERS, { headers: freshKeys('load'), thinkMs: THINK_MS });
       while (load.answers.length < 3 * WORKERS) await sleep(10);
-      const commandsBefore = await commandCalls(client, 'evalsha');
-      server.signal('SIGSTOP');
+      const commandsBefore = await commandCalls(fx.client, 'evalsha');
+      fx.server.signal('SIGSTOP');
       const stopAt = performance.now();
       await sleep(200);
       // Meanwhile a client's burst gets what the mode promises, the policy included.
-      const outage = await burst(url, 'frozen', CAPACITY + 3);
+      const outage = await burst(fx.url, 'frozen', CAPACITY + 3);
       await sleep(FREEZE_MS - (performance.now() - stopAt));
       load.stop();
       const answers = await load.done;
-      server.signal('SIGCONT');
+      fx.server.signal('SIGCONT');
       // Redis runs a connection's commands in order: once a PING on the module's own connection is
       // answered, every command the frozen server had received on it has run and is counted.
-      await moduleClient(app).ping();
-      const commandsSent = (await commandCalls(client, 'evalsha')) - commandsBefore;
+      await moduleClient(fx.app).ping();
+      const commandsSent = (await commandCalls(fx.client, 'evalsha')) - commandsBefore;
 
       const cpuBetween = cpu.stop();
       const frozen = answers.filter((a) => a.startedAt >= stopAt);
@@ -109,16 +87,16 @@ describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
     });
 
     it('limits a burst through Redis again as soon as it thaws', async () => {
-      const tookMs = await untilRedisDecides(url, client, prefix);
+      const tookMs = await untilRedisDecides(fx.url, fx.client, prefix);
       figure(`${platform}/${mode} SIGCONT: Redis decides again after (ms)`, tookMs);
-      await expectRedisLimitsBurst(url, client, prefix, 'after-thaw');
+      await expectRedisLimitsBurst(fx.url, fx.client, prefix, 'after-thaw');
     });
 
     it('answers within timeoutMs + 200 ms while Redis runs DEBUG SLEEP 0.5, then limits through Redis again', async () => {
       const cpu = watchCpu();
-      const load = startLoad(url, WORKERS, { headers: freshKeys('load-2'), thinkMs: THINK_MS });
+      const load = startLoad(fx.url, WORKERS, { headers: freshKeys('load-2'), thinkMs: THINK_MS });
       while (load.answers.length < 3 * WORKERS) await sleep(10);
-      const sleeper = await inspector(server.url);
+      const sleeper = await inspector(fx.server.url);
       const sentAt = performance.now();
       await sleeper.call('DEBUG', 'SLEEP', '0.5');
       const wokeAt = performance.now();
@@ -132,8 +110,8 @@ describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
       const worst = expectWithinBound(answers, sentAt, cpuBetween);
       figure(`${platform}/${mode} DEBUG SLEEP: slowest answer, most any answer lost to CPU wait and GC (ms)`, `${worst.slowestMs.toFixed(0)}, ${worst.lostMs.toFixed(0)}`);
       expectModeAnswers(mode, answers.filter((a) => a.startedAt >= sentAt + 20 && a.endedAt <= wokeAt - 20));
-      await untilRedisDecides(url, client, prefix);
-      await expectRedisLimitsBurst(url, client, prefix, 'after-sleep');
+      await untilRedisDecides(fx.url, fx.client, prefix);
+      await expectRedisLimitsBurst(fx.url, fx.client, prefix, 'after-sleep');
     });
   });
 });

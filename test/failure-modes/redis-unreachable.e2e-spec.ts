@@ -1,11 +1,9 @@
-import { performance } from 'node:perf_hooks';
-import type { INestApplication, LoggerService } from '@nestjs/common';
-import type { Redis } from 'ioredis';
-import { createApp, PLATFORMS } from '../support/app.js';
+import type { LoggerService } from '@nestjs/common';
+import { PLATFORMS } from '../support/app.js';
 import { watchCpu } from '../support/load.js';
-import { RedisServer, testPrefix } from '../support/redis.js';
-import { failureAppModule } from './app.module.js';
+import { testPrefix } from '../support/redis.js';
 import { CAPACITY } from './failure.controller.js';
+import { appOnOwnRedis } from './fixture.js';
 import {
   MODES,
   TIMEOUT_MS,
@@ -15,7 +13,6 @@ import {
   expectWithinBound,
   figure,
   inspector,
-  limitedUrl,
   untilRedisDecides,
 } from './scenario.js';
 
@@ -40,56 +37,33 @@ describe.each(PLATFORMS)('Redis unreachable at start-up on %s', (platform) => {
   describe.each(MODES)("failureMode '%s'", (mode) => {
     const prefix = testPrefix(`redis-unreachable-${platform}-${mode}`);
     const recorder = new WarningRecorder();
-    let server: RedisServer;
-    let app: INestApplication;
-    let url: string;
-    let client: Redis | undefined;
-    let startUpMs: number;
-
-    beforeAll(async () => {
-      // Take a free port for this file, then leave it closed until the recovery test.
-      server = await RedisServer.start();
-      await server.stop();
-      const started = performance.now();
-      app = await createApp(
-        failureAppModule({ redis: server.url, keyPrefix: prefix, failureMode: mode, timeoutMs: TIMEOUT_MS }),
-        platform,
-        (nest) => nest.useLogger(recorder),
-      );
-      startUpMs = performance.now() - started;
-      url = await limitedUrl(app);
-    });
-
-    afterAll(async () => {
-      try {
-        await app?.close();
-        client?.disconnect();
-      } finally {
-        // Even if closing failed.
-        await server?.stop();
-      }
-    });
+    // A free port of its own, left closed until the recovery test.
+    const fx = appOnOwnRedis(
+      platform,
+      { keyPrefix: prefix, failureMode: mode, timeoutMs: TIMEOUT_MS },
+      { serverDown: true, configure: (nest) => nest.useLogger(recorder) },
+    );
 
     it('starts after waiting at most about a second for Redis, and says it goes on without it', () => {
-      figure(`${platform}/${mode} start-up without Redis (ms)`, startUpMs.toFixed(0));
-      expect(startUpMs).toBeLessThan(CONNECT_WAIT_MS + 2_000);
+      figure(`${platform}/${mode} start-up without Redis (ms)`, fx.startUpMs.toFixed(0));
+      expect(fx.startUpMs).toBeLessThan(CONNECT_WAIT_MS + 2_000);
       // The refused connection is logged with its address and cause, then the module goes on without it.
       expect(recorder.warnings[0]).toMatch(/^Cannot connect to Redis at 127\.0\.0\.1:\d+: connection refused/);
     });
 
     it(`answers the first requests as '${mode}' says, each within timeoutMs + 200 ms`, async () => {
       const cpu = watchCpu();
-      const answers = await burst(url, 'before-redis', CAPACITY + 3);
+      const answers = await burst(fx.url, 'before-redis', CAPACITY + 3);
       expectWithinBound(answers, 0, cpu.stop());
       expectOutageBurst(mode, answers);
     });
 
     it('limits through Redis once a server starts on its port, without restarting the app', async () => {
-      await server.start();
-      client = await inspector(server.url);
-      const tookMs = await untilRedisDecides(url, client, prefix);
+      await fx.server.start();
+      fx.client = await inspector(fx.server.url);
+      const tookMs = await untilRedisDecides(fx.url, fx.client, prefix);
       figure(`${platform}/${mode} Redis started late: decides after (ms)`, tookMs);
-      await expectRedisLimitsBurst(url, client, prefix, 'after-start');
+      await expectRedisLimitsBurst(fx.url, fx.client, prefix, 'after-start');
     });
   });
 });

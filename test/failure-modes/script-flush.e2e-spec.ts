@@ -1,13 +1,11 @@
 import { createHash } from 'node:crypto';
-import type { INestApplication } from '@nestjs/common';
-import type { Redis } from 'ioredis';
 import { TOKEN_BUCKET_LUA } from '../../libs/rate-limit/src/stores/token-bucket.script.js';
-import { createApp, PLATFORMS } from '../support/app.js';
-import { countByStatus, sleep, startLoad, stopAllLoads } from '../support/load.js';
-import { commandCalls, RedisServer, testPrefix } from '../support/redis.js';
-import { failureAppModule } from './app.module.js';
+import { PLATFORMS } from '../support/app.js';
+import { countByStatus, sleep, startLoad } from '../support/load.js';
+import { commandCalls, testPrefix } from '../support/redis.js';
 import { BULK_CAPACITY } from './failure.controller.js';
-import { burst, inspector, limitedUrl } from './scenario.js';
+import { appOnOwnRedis } from './fixture.js';
+import { burst } from './scenario.js';
 
 /**
  * SCRIPT FLUSH (or a Redis that lost its script cache some other way) must cost nothing but one
@@ -20,61 +18,41 @@ const SHA = createHash('sha1').update(TOKEN_BUCKET_LUA).digest('hex');
 
 describe.each(PLATFORMS)('SCRIPT FLUSH while the app runs on %s', (platform) => {
   const prefix = testPrefix(`script-flush-${platform}`);
-  let server: RedisServer;
-  let app: INestApplication;
-  let url: string;
-  let client: Redis;
-
-  beforeAll(async () => {
-    // Its own server: flushing the script cache of the shared one would disturb other test files.
-    server = await RedisServer.start();
-    client = await inspector(server.url);
-    app = await createApp(
-      failureAppModule({ redis: server.url, keyPrefix: prefix, failureMode: 'closed', timeoutMs: RELOAD_TIMEOUT_MS }),
-      platform,
-    );
-    url = await limitedUrl(app);
-  });
-
-  afterAll(async () => {
-    try {
-      stopAllLoads();
-      await app?.close();
-      client?.disconnect();
-    } finally {
-      // Even if closing failed.
-      await server?.stop();
-    }
-  });
+  // Its own server: flushing the script cache of the shared one would disturb other test files.
+  const fx = appOnOwnRedis(
+    platform,
+    { keyPrefix: prefix, failureMode: 'closed', timeoutMs: RELOAD_TIMEOUT_MS },
+    { inspect: true },
+  );
 
   it('reloads the script on the next decision and keeps counting the same bucket', async () => {
-    const first = await burst(url, 'flushed', 4);
+    const first = await burst(fx.url, 'flushed', 4);
     expect(first.map((a) => [a.status, a.remaining])).toEqual([[200, '9'], [200, '8'], [200, '7'], [200, '6']]);
-    expect(await client.script('EXISTS', SHA)).toEqual([1]);
-    await client.script('FLUSH');
-    expect(await client.script('EXISTS', SHA)).toEqual([0]);
+    expect(await fx.client.script('EXISTS', SHA)).toEqual([1]);
+    await fx.client.script('FLUSH');
+    expect(await fx.client.script('EXISTS', SHA)).toEqual([0]);
 
-    const rest = await burst(url, 'flushed', 7);
+    const rest = await burst(fx.url, 'flushed', 7);
     expect(rest.map((a) => [a.status, a.remaining])).toEqual([
       [200, '5'], [200, '4'], [200, '3'], [200, '2'], [200, '1'], [200, '0'], [429, '0'],
     ]);
-    expect(await client.script('EXISTS', SHA)).toEqual([1]);
+    expect(await fx.client.script('EXISTS', SHA)).toEqual([1]);
   });
 
   it('allows exactly the capacity of a bucket, and fails no decision, while 32 concurrent streams run and the script cache is flushed every 2 ms', async () => {
-    const evalsBefore = await commandCalls(client, 'eval');
+    const evalsBefore = await commandCalls(fx.client, 'eval');
     // Flushes this often land between ioredis's reload of the script and the commands queued behind
     // it: the store must try such a decision once more, not fail it.
-    const load = startLoad(`${url}/bulk`, 32, { headers: { 'x-api-key': 'bulk' } });
+    const load = startLoad(`${fx.url}/bulk`, 32, { headers: { 'x-api-key': 'bulk' } });
     let flushes = 0;
     while (load.answers.length < BULK_CAPACITY + 150) {
-      await client.script('FLUSH');
+      await fx.client.script('FLUSH');
       flushes++;
       await sleep(2);
     }
     load.stop();
     const answers = await load.done;
-    const reloads = (await commandCalls(client, 'eval')) - evalsBefore;
+    const reloads = (await commandCalls(fx.client, 'eval')) - evalsBefore;
 
     expect(flushes).toBeGreaterThanOrEqual(5);
     expect(reloads).toBeGreaterThanOrEqual(5);
