@@ -111,7 +111,9 @@ export class BucketService {
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
     @Optional() private readonly events: RateLimitEvents = new RateLimitEvents(),
   ) {
-    this.denyCache = options.denyCache && store.remote ? new DenyCache() : undefined;
+    // A reset is remembered longer than any answer can be on its way (they come within timeoutMs, or are dropped).
+    this.denyCache =
+      options.denyCache && store.remote ? new DenyCache(undefined, undefined, Math.max(60_000, 2 * options.timeoutMs)) : undefined;
     this.local = new MemoryBucketStore(localStoreOptions(options, "failureMode: 'local'"));
     this.deadlines = new Deadlines(options.timeoutMs);
     this.hash = createDigest(options.secret);
@@ -255,6 +257,10 @@ export class BucketService {
   /**
    * Deletes one bucket: this instance's deny-cache entry and local bucket, then the store's key. Rejects
    * with `RateLimitUnavailableError` (its cause the store's error) when the store fails or times out.
+   *
+   * The reset wins over answers still on their way: the deny cache forgets the bucket at once, and again
+   * when the store has deleted it, so that no answer to a request sent before then (which Redis may have
+   * decided before the delete) is learned afterwards.
    */
   private async deleteBucket(key: string): Promise<void> {
     const keys = [key];
@@ -266,6 +272,7 @@ export class BucketService {
     } catch (error) {
       throw new RateLimitUnavailableError(error);
     }
+    this.denyCache?.forget(key);
   }
 
   /**
@@ -329,10 +336,13 @@ export class BucketService {
   private async refundDistinct(requests: readonly BucketRequest[], source: VerdictSource): Promise<number[] | undefined> {
     if (source === 'local') return this.local.takeSync(requests, { refund: true }).tokens;
     if (source !== 'store') return undefined;
+    // Forgotten before and after: a denial learned from a request the store decided before the refund is stale.
     for (const request of requests) this.denyCache?.forget(request.key);
     try {
       const refunded = this.store.take(requests, { refund: true });
-      return (await (this.store.remote ? this.deadlines.race(refunded) : refunded)).tokens;
+      const { tokens } = await (this.store.remote ? this.deadlines.race(refunded) : refunded);
+      for (const request of requests) this.denyCache?.forget(request.key);
+      return tokens;
     } catch (error) {
       this.failed(error);
       return undefined;

@@ -59,6 +59,38 @@ describe('DenyCache', () => {
     expect(cache.deny([request('b')], 1)).toBeUndefined();
   });
 
+  it('does not learn an answer to a request sent before forget(), however late it arrives', () => {
+    let now = 1000;
+    const cache = new DenyCache(100, () => now);
+    now = 1010;
+    cache.forget('a'); // reset at 1010
+    cache.learn([request('a'), request('b')], denied(0, 0), 1005); // sent at 1005, before the reset
+    expect(cache.deny([request('a')], 1020)).toBeUndefined();
+    expect(cache.deny([request('b')], 1020)).toBeDefined(); // b was not reset: learned
+    cache.learn([request('a')], denied(0), 1011); // sent after the reset: learned
+    expect(cache.deny([request('a')], 1020)).toBeDefined();
+  });
+
+  it('remembers a reset for resetMemoryMs and at most maxEntries resets', () => {
+    let now = 0;
+    const cache = new DenyCache(3, () => now, 1000);
+    const slow = (key: string) => request(key, 1, 10, 0.001); // stays short of 1 token for 1000 s
+    cache.forget('a');
+    now = 999;
+    cache.forget('b');
+    cache.learn([slow('a')], denied(0), -1);
+    expect(cache.deny([slow('a')], 999)).toBeUndefined(); // a's reset still remembered
+    now = 1001;
+    cache.forget('c'); // a's reset is older than 1000 ms: dropped
+    cache.learn([slow('a')], denied(0), -1);
+    expect(cache.deny([slow('a')], 1001)).toBeDefined();
+    cache.forget('d');
+    cache.forget('e'); // three resets at most: b goes
+    cache.learn([slow('b'), slow('c')], denied(0, 0), 500);
+    expect(cache.deny([slow('b')], 1001)).toBeDefined();
+    expect(cache.deny([slow('c')], 1001)).toBeUndefined();
+  });
+
   it('ignores an entry learnt under another policy of the same bucket', () => {
     const cache = new DenyCache();
     cache.learn([request('a', 1, 10, 2)], denied(0), 0);

@@ -43,11 +43,21 @@ interface Entry {
  */
 export class DenyCache {
   private readonly entries = new Map<string, Entry>();
+  /**
+   * When each recently reset bucket was forgotten (this process' clock), oldest first: an answer to a
+   * request sent before that is about the bucket before the reset, and is not learned.
+   */
+  private readonly resets = new Map<string, number>();
 
   constructor(
     private readonly maxEntries = DENY_CACHE_MAX_ENTRIES,
     /** A monotonic clock in ms; tests pass their own. */
     readonly now: () => number = () => performance.now(),
+    /**
+     * How long a reset is remembered, in ms: longer than any answer can take to arrive (answers come
+     * within `timeoutMs`, or are dropped), with room for a late timer.
+     */
+    private readonly resetMemoryMs = 60_000,
   ) {}
 
   /** Buckets currently remembered. */
@@ -94,6 +104,8 @@ export class DenyCache {
     const penaltyMs = result.penaltyMs;
     for (let i = 0; i < requests.length; i++) {
       const request = requests[i];
+      // Sent before this instance reset the bucket: the answer describes the bucket before the reset.
+      if (this.resets.size > 0 && this.resetSince(request.key, sentAt)) continue;
       const { capacity, refillPerSecond } = request;
       const tokens = result.tokens[i];
       if (!(tokens < capacity)) {
@@ -121,9 +133,26 @@ export class DenyCache {
     }
   }
 
-  /** Forgets a bucket (its `reset()` on this instance). */
+  /**
+   * Forgets a bucket (its `reset()` on this instance). Answers to requests sent before now are about the
+   * bucket before the reset: `learn()` ignores them for this bucket, however late they arrive.
+   */
   forget(key: string): void {
     this.entries.delete(key);
+    const now = this.now();
+    // Oldest first: delete before set, then drop the ones no answer can still be on its way for.
+    this.resets.delete(key);
+    for (const [old, at] of this.resets) {
+      if (at > now - this.resetMemoryMs && this.resets.size < this.maxEntries) break;
+      this.resets.delete(old);
+    }
+    this.resets.set(key, now);
+  }
+
+  /** Whether `key` was reset at or after `sentAt`. */
+  private resetSince(key: string, sentAt: number): boolean {
+    const at = this.resets.get(key);
+    return at !== undefined && at >= sentAt;
   }
 
   private evictOldest(): void {
