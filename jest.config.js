@@ -21,6 +21,7 @@ const TIMING = [
   'test/api-keys/',
   'test/http-headers/',
   'test/penalties/',
+  'test/cluster/cluster-breaker.e2e-spec.ts',
   'test/redis-connection/connection-errors.e2e-spec.ts',
   'test/redis-connection/failover-and-shutdown.e2e-spec.ts',
   'libs/rate-limit/src/bucket/with-timeout.spec.ts',

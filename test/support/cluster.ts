@@ -4,7 +4,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Cluster, type ClusterOptions, Redis } from 'ioredis';
-import { killChild, spawnChild } from './children.js';
+import { killChild, signalChild, spawnChild } from './children.js';
 import { freePort, pingRedis } from './redis.js';
 
 /**
@@ -145,6 +145,11 @@ export class LocalCluster {
       client.once('end', () => reject(new Error('cluster client ended before it was ready')));
     });
     return client;
+  }
+
+  /** Sends a signal to one node (SIGSTOP / SIGCONT to freeze and thaw it). */
+  signal(node: number, signal: NodeJS.Signals): void {
+    signalChild(this.processes[node], signal);
   }
 
   /** Kills every node and deletes their cluster config files. */

@@ -86,10 +86,11 @@ export class BucketService {
   private readonly logger = new ThrottledLogger('RateLimit');
   /** The buckets of `failureMode: 'local'`, emptied when the store answers again. */
   private readonly local: MemoryBucketStore;
-  /** Store calls that failed since the last one that succeeded. */
-  private failuresInARow = 0;
-  /** A probe (a decision asking a store that keeps failing) is on its way. */
-  private probing = false;
+  /**
+   * One breaker per Redis node ('' for a single server, or a Cluster node whose slots are not known yet),
+   * present only while that node's last calls failed: a hung shard trips its own, the others keep deciding.
+   */
+  private readonly breakers = new Map<string, Breaker>();
   /** Decisions `failureMode` made in the current outage, for the recovery log line. */
   private degraded = 0;
   /** Denials this instance can repeat without asking the store; undefined when off or the store is local. */
@@ -169,7 +170,8 @@ export class BucketService {
 
   /** True while the store keeps failing (the breaker is open): one decision at a time probes it, the others follow `failureMode`. */
   get storeFailing(): boolean {
-    return this.failuresInARow >= PROBE_AFTER_FAILURES;
+    for (const breaker of this.breakers.values()) if (breaker.failures >= PROBE_AFTER_FAILURES) return true;
+    return false;
   }
 
   /**
@@ -298,9 +300,21 @@ export class BucketService {
     const denied = cache?.deny(requests, sentAt);
     if (denied !== undefined) return toVerdict(requests, { allowed: false, tokens: denied }, 'cache');
     const options = dryRun ? { dryRun } : undefined;
-    const probe = this.failuresInARow >= PROBE_AFTER_FAILURES;
-    if (probe && this.probing) return this.fallback(requests, options);
-    if (probe) this.probing = true;
+    // Healthy, nothing to look up; else the breakers of this decision's nodes: one open and probed already
+    // sends it to failureMode, one open and not probed makes it the probe.
+    let probes: Breaker[] | undefined;
+    if (this.breakers.size > 0) {
+      for (const node of this.nodesOf(requests)) {
+        const breaker = this.breakers.get(node);
+        if (breaker === undefined || breaker.failures < PROBE_AFTER_FAILURES) continue;
+        if (breaker.probing) {
+          probes?.forEach((probe) => (probe.probing = false));
+          return this.fallback(requests, options);
+        }
+        breaker.probing = true;
+        (probes ??= []).push(breaker);
+      }
+    }
     const timed = this.events.storeWatched;
     const started = timed ? performance.now() : 0;
     try {
@@ -308,15 +322,15 @@ export class BucketService {
         ? await this.deadlines.race(this.store.take(requests, options))
         : await this.store.take(requests, options);
       if (timed) this.events.storeCall({ durationMs: performance.now() - started, outcome: 'ok' });
-      if (this.failuresInARow > 0) this.recovered();
+      if (this.breakers.size > 0) this.recovered(requests);
       cache?.learn(requests, result, sentAt);
       return toVerdict(requests, result, 'store');
     } catch (error) {
       if (timed) this.events.storeCall({ durationMs: performance.now() - started, outcome: 'error' });
-      this.failed(error);
+      this.failed(error, requests);
       return this.fallback(requests, options);
     } finally {
-      if (probe) this.probing = false;
+      probes?.forEach((probe) => (probe.probing = false));
     }
   }
 
@@ -344,7 +358,7 @@ export class BucketService {
       for (const request of requests) this.denyCache?.forget(request.key);
       return tokens;
     } catch (error) {
-      this.failed(error);
+      this.failed(error, requests);
       return undefined;
     }
   }
@@ -374,24 +388,60 @@ export class BucketService {
     };
   }
 
-  private failed(error: unknown): void {
-    this.failuresInARow++;
+  /** The Redis nodes that hold `requests`' buckets: one for a single server (''), one per slot owner on a Cluster. */
+  private nodesOf(requests: readonly BucketRequest[]): readonly string[] {
+    const nodeOf = this.store.nodeOf;
+    if (nodeOf === undefined) return SINGLE_NODE;
+    if (requests.length === 1) return [nodeOf.call(this.store, requests[0].key) ?? ''];
+    return [...new Set(requests.map((request) => nodeOf.call(this.store, request.key) ?? ''))];
+  }
+
+  /** A failed call counts against the breaker of every node it asked: it cannot tell which one failed. */
+  private failed(error: unknown, requests: readonly BucketRequest[]): void {
+    const nodes = this.nodesOf(requests);
+    for (const node of nodes) {
+      const breaker = this.breakers.get(node);
+      if (breaker === undefined) this.breakers.set(node, { failures: 1, probing: false });
+      else breaker.failures++;
+    }
     this.logger.warn(
-      `Rate-limit store failed: ${error instanceof Error ? error.message : String(error)}; ` +
+      `Rate-limit store failed${describeNodes(nodes)}: ${error instanceof Error ? error.message : String(error)}; ` +
         `${FAILURE_EFFECT[this.options.failureMode]} until it answers again (failureMode '${this.options.failureMode}')`,
     );
   }
 
-  private recovered(): void {
-    this.failuresInARow = 0;
+  /** The nodes of a call that succeeded answer again: their breakers close. */
+  private recovered(requests: readonly BucketRequest[]): void {
+    // On a Cluster, failures counted before its slots were known ('') are over too.
+    const asked = this.store.nodeOf === undefined ? this.nodesOf(requests) : [...this.nodesOf(requests), ''];
+    const nodes = asked.filter((node) => this.breakers.delete(node));
+    if (nodes.length === 0) return;
+    if (this.breakers.size > 0) {
+      this.logger.log(`Rate-limit store answers again${describeNodes(nodes)}; other nodes still fail`);
+      return;
+    }
     // Redis' buckets are the truth again; the outage's in-process ones would be stale at the next outage.
     this.local.clear();
     const degraded = this.degraded;
     this.degraded = 0;
     this.logger.log(
-      `Rate-limit store answers again; ${degraded} decision(s) followed failureMode '${this.options.failureMode}' meanwhile`,
+      `Rate-limit store answers again${describeNodes(nodes)}; ${degraded} decision(s) followed failureMode '${this.options.failureMode}' meanwhile`,
     );
   }
+}
+
+/** The breaker of one Redis node: calls that failed in a row, and whether a probe is on its way. */
+interface Breaker {
+  failures: number;
+  probing: boolean;
+}
+
+const SINGLE_NODE: readonly string[] = [''];
+
+/** ' (Redis node host:port, …)' for Cluster nodes; nothing for a single server. */
+function describeNodes(nodes: readonly string[]): string {
+  const named = nodes.filter((node) => node !== '');
+  return named.length === 0 ? '' : ` (Redis node ${named.join(', ')})`;
 }
 
 /** The identity kind a policy's own keyBy gives (its fallback, the IP, aside). */

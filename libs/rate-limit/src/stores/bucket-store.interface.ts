@@ -30,5 +30,10 @@ export interface BucketStore {
    * module's checks, and Nest will not call `onModuleDestroy`. A client the application passed in is left alone.
    */
   abandon?(): void;
+  /**
+   * The server that holds `key`, for stores spread over several (a Redis Cluster: its master's
+   * `host:port`; undefined while its slots are not known). Each gets its own breaker. Absent: one server.
+   */
+  nodeOf?(key: string): string | undefined;
 }
 export const BucketStore = Symbol('BucketStore');

@@ -33,6 +33,16 @@ function hashTag(key: string): string {
   return open >= 0 && close > open + 1 ? key.slice(open + 1, close) : key;
 }
 
+/** The Cluster slot of a hash tag: CRC16 (XMODEM: polynomial 0x1021, initial 0) of its bytes, modulo 16384. */
+export function keySlot(tag: string): number {
+  let crc = 0;
+  for (const byte of Buffer.from(tag, 'utf8')) {
+    crc ^= byte << 8;
+    for (let bit = 0; bit < 8; bit++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc & 0x3fff;
+}
+
 /**
  * Buckets in Redis, decided by one EVALSHA of the token-bucket script per decision.
  * On a Cluster, buckets of one identity share a hash tag and are decided together; buckets of
@@ -52,6 +62,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     private readonly owned: boolean,
   ) {
     client.defineCommand(TOKEN_BUCKET_COMMAND, { lua: TOKEN_BUCKET_LUA });
+    this.nodeOf = client instanceof Cluster ? (key) => this.masterOf(key) : undefined;
     const command = (client as unknown as Record<string, ScriptCommand>)[TOKEN_BUCKET_COMMAND];
     this.script = command.bind(client);
     // A client the module created reports its connection errors, throttled; a client the application
@@ -100,6 +111,13 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
       () => false,
     );
     if (!(await settlesWithin(quit, QUIT_WAIT_MS)) || !(await quit)) this.client.disconnect();
+  }
+
+  /** On a Cluster, the master that owns the key's slot (ioredis' slot table, kept current by its refreshes). */
+  readonly nodeOf: ((key: string) => string | undefined) | undefined;
+
+  private masterOf(key: string): string | undefined {
+    return (this.client as Cluster).slots[keySlot(hashTag(key))]?.[0];
   }
 
   take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<Result> {
