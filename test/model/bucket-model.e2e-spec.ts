@@ -460,8 +460,6 @@ class DenyCacheCheck {
   private readonly unseen = new Map<string, number>();
   private forwardStep = -Infinity;
   private readonly lastPolicy = new Map<string, string>();
-  /** The longest penalty any policy used on each key had: the cache matches entries on B and R only. */
-  private readonly longestBlock = new Map<string, number>();
 
   /** A store call takes time: the answer arrives a microsecond after the request left. */
   tick(): void {
@@ -485,22 +483,20 @@ class DenyCacheCheck {
       const last = this.lastPolicy.get(r.key);
       if (last !== undefined && last !== policy) this.gained(r.key);
       this.lastPolicy.set(r.key, policy);
-      this.longestBlock.set(r.key, Math.max(this.longestBlock.get(r.key) ?? 0, r.blockSeconds ?? 0));
     }
   }
 
   /**
    * The README's bound on that damage: the cache may deny for one window (B/R + blockSeconds) after it.
-   * blockSeconds is the longest of the policies used on the key: the cache tells policies apart by
-   * capacity and refill only, so an entry learned under a penalty also answers the same B and R
-   * without one, whose call repairs the penalty's negative tokens to 0 (this test found it: a bucket
-   * left at -29 by a 30 s penalty at 1/s is denied here for ~30 s to a caller without the penalty, whom
-   * the store allows after 1 s; reported, deny-cache.ts is not this test's to change).
+   * (This test found that an entry learned under a penalty used to answer the same B and R without one,
+   * whose call repairs the negative tokens to 0: a bucket left at -29 by a 30 s penalty at 1/s was denied
+   * for ~30 s to a caller the store allowed after 1 s. The cache now tells policies apart by blockSeconds
+   * too, so the window is the request's own.)
    */
   private isExcused(requests: readonly ModelRequest[]): boolean {
     return requests.some((r) => {
       const since = Math.max(this.unseen.get(r.key) ?? -Infinity, this.forwardStep);
-      const block = Math.max(r.blockSeconds ?? 0, this.longestBlock.get(r.key) ?? 0);
+      const block = r.blockSeconds ?? 0;
       const windowMs = (r.capacity / r.refillPerSecond + block) * 1000;
       return this.clock - since <= windowMs + 2;
     });

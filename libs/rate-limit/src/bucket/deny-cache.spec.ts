@@ -91,6 +91,17 @@ describe('DenyCache', () => {
     expect(cache.deny([slow('c')], 1001)).toBeUndefined();
   });
 
+  it('ignores an entry learnt under a penalty for a request of the same numbers without one', () => {
+    // A 30 s penalty at 1/s left the bucket at -29; a call without blockSeconds repairs that to 0 and
+    // is allowed 1 s later: the entry must not answer it (found by the model test).
+    const cache = new DenyCache();
+    const penalised = { ...request('a', 1, 1, 1), blockSeconds: 30 };
+    cache.learn([penalised], { allowed: false, tokens: [-29], penaltyMs: [30_000] }, 0);
+    expect(cache.deny([penalised], 1000)).toBeDefined();
+    expect(cache.deny([request('a', 1, 1, 1)], 1000)).toBeUndefined();
+    expect(cache.deny([penalised], 1000)).toBeDefined(); // the entry stays for its own policy
+  });
+
   it('ignores an entry learnt under another policy of the same bucket', () => {
     const cache = new DenyCache();
     cache.learn([request('a', 1, 10, 2)], denied(0), 0);
@@ -132,8 +143,8 @@ describe('DenyCache', () => {
       // The penalty ended at 2000; a take at 2050 was allowed and left 0.05 tokens.
       cache.learn([penalised('a')], { allowed: true, tokens: [0.05], penaltyMs: [0] }, 2050);
       expect(cache.deny([penalised('a')], 2060)).toBeUndefined();
-      // The same bound answers a request without a penalty (the store would write nothing either).
-      expect(cache.deny([request('a', 1, 3, 1)], 2060)).toBeDefined();
+      // Not a request without a penalty: its call repairs the negative tokens to 0 (the model test found it).
+      expect(cache.deny([request('a', 1, 3, 1)], 2060)).toBeUndefined();
     });
 
     it('asks the store about a bucket with a penalty it learnt no penalty for (a refusal without one)', () => {
@@ -150,7 +161,11 @@ describe('DenyCache', () => {
       // Only `short` was penalised; `roomy` had its tokens.
       cache.learn([roomy, short], { allowed: false, tokens: [2, -1], penaltyMs: [0, 2000] }, 0);
       expect(cache.deny([roomy, short], 10)).toBeUndefined();
-      expect(cache.deny([request('roomy', 1, 3, 1), short], 10)).toBeDefined();
+      // Nor when `roomy` comes without its penalty: an entry answers only the penalty it was learned under
+      // (a call without one repairs negative stored tokens, which this instance cannot see).
+      expect(cache.deny([request('roomy', 1, 3, 1), short], 10)).toBeUndefined();
+      cache.learn([short], { allowed: false, tokens: [-1], penaltyMs: [2000] }, 0);
+      expect(cache.deny([short], 10)).toBeDefined();
     });
 
     it('keeps the later of two penalty ends (a penalty is never shortened)', () => {

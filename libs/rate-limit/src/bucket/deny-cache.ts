@@ -16,6 +16,11 @@ interface Entry {
   until: number;
   capacity: number;
   refillPerSecond: number;
+  /**
+   * The penalty of the policy it was learned under (0: none). Part of the policy: a call without a
+   * penalty repairs the negative tokens one with a penalty leaves, so an entry answers only its own.
+   */
+  blockSeconds: number;
   /** Until when (this process' clock) a penalty the store reported surely runs; 0: none known. */
   penaltyUntil: number;
 }
@@ -85,6 +90,8 @@ export class DenyCache {
         this.entries.delete(request.key);
         return undefined;
       }
+      // Learned with another penalty: its bound does not hold for this request (ask the store; the entry stays).
+      if (entry.blockSeconds !== (request.blockSeconds ?? 0)) return undefined;
       // The store would penalise this bucket if it lacks its cost now, unless a penalty already runs.
       if (request.blockSeconds !== undefined && request.blockSeconds > 0 && !(now < entry.penaltyUntil)) return undefined;
       const most = entry.capacity - ((entry.until - now) * entry.refillPerSecond) / 1000;
@@ -107,6 +114,7 @@ export class DenyCache {
       // Sent before this instance reset the bucket: the answer describes the bucket before the reset.
       if (this.resets.size > 0 && this.resetSince(request.key, sentAt)) continue;
       const { capacity, refillPerSecond } = request;
+      const blockSeconds = request.blockSeconds ?? 0;
       const tokens = result.tokens[i];
       if (!(tokens < capacity)) {
         // A full bucket: nothing to bound.
@@ -121,9 +129,9 @@ export class DenyCache {
       if (known === undefined) {
         if (result.allowed) continue;
         if (this.entries.size >= this.maxEntries) this.evictOldest();
-        this.entries.set(request.key, { until, capacity, refillPerSecond, penaltyUntil });
-      } else if (known.capacity !== capacity || known.refillPerSecond !== refillPerSecond) {
-        this.entries.set(request.key, { until, capacity, refillPerSecond, penaltyUntil: Math.max(penaltyUntil, known.penaltyUntil) });
+        this.entries.set(request.key, { until, capacity, refillPerSecond, blockSeconds, penaltyUntil });
+      } else if (known.capacity !== capacity || known.refillPerSecond !== refillPerSecond || known.blockSeconds !== blockSeconds) {
+        this.entries.set(request.key, { until, capacity, refillPerSecond, blockSeconds, penaltyUntil: Math.max(penaltyUntil, known.penaltyUntil) });
       } else {
         // Same policy: the bound that reaches a full bucket later is the lower one at every moment.
         if (until > known.until) known.until = until;
