@@ -1,10 +1,10 @@
 import { createHash } from 'node:crypto';
 import { Module } from '@nestjs/common';
 import { RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
-import { FailureController, SCOPE } from './failure.controller.js';
+import { ControlController, FailureController, SCOPE } from './failure.controller.js';
 
 export function failureAppModule(options: RateLimitModuleOptions) {
-  @Module({ imports: [RateLimitModule.forRoot(options)], controllers: [FailureController] })
+  @Module({ imports: [RateLimitModule.forRoot(options)], controllers: [FailureController, ControlController] })
   class FailureAppModule {}
   return FailureAppModule;
 }

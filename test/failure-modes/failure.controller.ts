@@ -30,3 +30,15 @@ export class FailureController {
     return { ok: true };
   }
 }
+
+/**
+ * No policy: the control route. A request to it takes everything a limited request does (HTTP, the
+ * guard finding no policy, the handler, the client) except a decision.
+ */
+@Controller('control')
+export class ControlController {
+  @Get()
+  control() {
+    return { ok: true };
+  }
+}

@@ -1,0 +1,77 @@
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
+
+/**
+ * Loop delay beyond which a measure is not judged. 50 ms is what a busy 2-core machine with the 16
+ * load loops of these tests shows now and then (a GC, another process's burst); sustained above it,
+ * nothing said about a 100 ms timeout would mean much.
+ */
+export const LOOP_LIMIT_MS = 50;
+
+/**
+ * How late this process's event loop ran, over time, from `perf_hooks.monitorEventLoopDelay`.
+ *
+ * The histogram ticks every `resolutionMs` and records the interval between its ticks; a tick that
+ * came late records the lateness too. The histogram is never reset (a reset drops the next interval,
+ * so a stall right after it would go unseen). Instead a sampler reads its running count and sum every
+ * `windowMs`: a window's lateness is (sum of intervals recorded in it) − (their count × resolution),
+ * i.e. how long the loop stood still beyond its ticks, at least as large as the longest stall the
+ * window saw.
+ *
+ * `over(from, to)` is the loop delay a task that ran from `from` to `to` may have suffered: the sum of
+ * the two largest windows' lateness among those overlapping the span (extended by `windowMs`: a stall
+ * is recorded by the first tick after it). Two, because a wait bounded by a timer can be stretched
+ * twice: by the turn in progress when its timer is due, and by the poll phase of the turn in which
+ * the timer fires (a timeout is declared after that poll, `setImmediate`). The largest two, not the
+ * sum of all: a task that is parked while the loop is busy with other work must not have that work
+ * subtracted from its wait.
+ */
+export interface LoopDelay {
+  /** The loop delay (ms) a task that ran from `from` to `to` (`performance.now()`) may have suffered. */
+  over(from: number, to: number): number;
+  /** The largest window lateness seen so far (ms). */
+  worst(): number;
+  stop(): void;
+}
+
+export function watchLoopDelay({ resolutionMs = 5, windowMs = 10 } = {}): LoopDelay {
+  const histogram = monitorEventLoopDelay({ resolution: resolutionMs });
+  histogram.enable();
+  // [end of the window, lateness in it (ms)], in order; the window starts at the previous end.
+  const windows: [at: number, lateMs: number][] = [];
+  let last = { at: performance.now(), count: 0, sumNs: 0 };
+  const sample = () => {
+    const count = histogram.count;
+    // `mean` is NaN while nothing is recorded.
+    const sumNs = count === 0 ? 0 : histogram.mean * count;
+    const at = performance.now();
+    const intervals = count - last.count;
+    const lateMs = Math.max(0, (sumNs - last.sumNs) / 1e6 - intervals * resolutionMs);
+    windows.push([at, lateMs]);
+    last = { at, count, sumNs };
+  };
+  const sampler = setInterval(sample, windowMs);
+  const startedAt = last.at;
+  let stopped = false;
+  return {
+    over(from, to) {
+      if (!stopped) sample();
+      if (from < startedAt) throw new Error('loop delay asked for a span that began before it was watched');
+      const late: number[] = [];
+      for (let i = 0; i < windows.length; i++) {
+        const begins = i === 0 ? startedAt : windows[i - 1][0];
+        const [ends, lateMs] = windows[i];
+        if (ends >= from && begins <= to + windowMs) late.push(lateMs);
+      }
+      late.sort((a, b) => b - a);
+      return (late[0] ?? 0) + (late[1] ?? 0);
+    },
+    worst: () => Math.max(0, ...windows.map(([, lateMs]) => lateMs)),
+    stop() {
+      if (stopped) return;
+      sample();
+      stopped = true;
+      clearInterval(sampler);
+      histogram.disable();
+    },
+  };
+}
