@@ -1,4 +1,4 @@
-import { HttpException, HttpStatus } from '@nestjs/common';
+import { HttpException, HttpStatus, IntrinsicException } from '@nestjs/common';
 
 /** 429 with a JSON body `{ statusCode, message, retryAfter }`; the guard has set the headers. */
 export class RateLimitException extends HttpException {
@@ -18,5 +18,34 @@ export class RateLimitException extends HttpException {
     } finally {
       Error.stackTraceLimit = limit;
     }
+  }
+}
+
+/** What a GraphQL client finds in `errors[].extensions` when a resolver is refused. */
+export interface RateLimitedExtensions {
+  code: 'RATE_LIMITED' | 'RATE_LIMIT_UNAVAILABLE';
+  retryAfter: number;
+}
+
+/**
+ * A refusal of a GraphQL resolver: the field's error, with `extensions: { code: 'RATE_LIMITED',
+ * retryAfter }` (graphql-js copies an error's `extensions`), and `RATE_LIMIT_UNAVAILABLE` when
+ * `failureMode: 'closed'` refuses because Redis fails. An `IntrinsicException`, so Nest does not log
+ * it as a fault; built without a stack trace. The HTTP status stays the one the GraphQL server gives
+ * (200 for a well-formed request, as GraphQL over HTTP advises): the error and the `Retry-After` header say it.
+ */
+export class RateLimitedGraphQLError extends IntrinsicException {
+  readonly extensions: RateLimitedExtensions;
+
+  constructor(retryAfterSeconds: number, code: RateLimitedExtensions['code'] = 'RATE_LIMITED') {
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
+    try {
+      super(code === 'RATE_LIMITED' ? 'Too Many Requests' : 'Rate limiting is unavailable; try again shortly');
+    } finally {
+      Error.stackTraceLimit = limit;
+    }
+    this.name = 'RateLimitedGraphQLError';
+    this.extensions = { code, retryAfter: retryAfterSeconds };
   }
 }

@@ -22,6 +22,10 @@ function setHeader(response: HeaderTarget, name: string, value: string): void {
   else response.header?.(name, value);
 }
 
+function canSetHeaders(response: HeaderTarget | undefined | null): boolean {
+  return typeof response?.setHeader === 'function' || typeof response?.header === 'function';
+}
+
 /** What the headers say about a route's policies that never changes: built once per route. */
 interface PolicyText {
   /** draft-6 and draft-7 `RateLimit-Policy` of each policy: `B;w=<window>`. */
@@ -64,6 +68,8 @@ export class RateLimitHeadersWriter {
     // An allowance made without the store (failureMode 'open') knows no numbers worth sending.
     if (verdict.source === 'open' || verdict.source === 'closed') return;
     const target = response as HeaderTarget;
+    // A call without an HTTP response (a GraphQL subscription) has no headers to carry them.
+    if (!canSetHeaders(target)) return;
     const { decisions, allowed } = verdict;
     const text = this.textOf(policies);
     const i = decisions.length === 1 ? 0 : mostRestrictive(decisions, allowed);
@@ -102,7 +108,7 @@ export class RateLimitHeadersWriter {
 
   /** `Retry-After` alone, for a 503 when the store cannot decide and failureMode is 'closed'. */
   writeRetryAfter(response: unknown, seconds: number): void {
-    setHeader(response as HeaderTarget, HEADERS.retryAfter, String(seconds));
+    if (canSetHeaders(response as HeaderTarget)) setHeader(response as HeaderTarget, HEADERS.retryAfter, String(seconds));
   }
 
   private textOf(policies: readonly HeaderPolicy[]): PolicyText {

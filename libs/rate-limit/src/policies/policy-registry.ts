@@ -36,6 +36,23 @@ function toPlan(route: string, policies: CompiledPolicy[]): RoutePlan {
   };
 }
 
+/** Metadata Nest's packages put on handlers, read by name: the library depends on none of them. */
+const HANDLER_METADATA: readonly [string, HandlerKind][] = [
+  [PATH_METADATA, 'http'],
+  ['graphql:resolver_type', 'graphql'],
+  ['graphql:resolve_property', 'graphql'],
+  ['websockets:message_mapping', 'ws'],
+  ['microservices:pattern', 'rpc'],
+];
+
+export type HandlerKind = 'http' | 'graphql' | 'ws' | 'rpc';
+
+/** What kind of handler a method is: an HTTP route, a GraphQL resolver, a WebSocket or microservice handler; else undefined. */
+export function handlerKind(handler: Function): HandlerKind | undefined {
+  for (const [key, kind] of HANDLER_METADATA) if (Reflect.hasMetadata(key, handler)) return kind;
+  return undefined;
+}
+
 /**
  * Resolves every route's policies once, at start-up: validation errors stop the application with the
  * route's name, and the guard does two map look-ups per request instead of walking metadata.
@@ -60,12 +77,12 @@ export class PolicyRegistry {
   discoverRoutes(): void {
     // Checked even when no route uses them yet.
     this.compile(this.options.defaults, 'the module options', true);
-    for (const wrapper of this.discovery.getControllers()) {
-      const controller = wrapper.metatype as Type | null;
-      if (!controller || typeof controller !== 'function') continue;
-      for (const name of this.scanner.getAllMethodNames(controller.prototype)) {
-        const handler = controller.prototype[name] as Function;
-        if (Reflect.hasMetadata(PATH_METADATA, handler)) this.planFor(controller, handler);
+    for (const wrapper of [...this.discovery.getControllers(), ...this.discovery.getProviders()]) {
+      const type = wrapper.metatype as Type | null;
+      if (!type || typeof type !== 'function' || !type.prototype) continue;
+      for (const name of this.scanner.getAllMethodNames(type.prototype)) {
+        const handler = type.prototype[name] as Function;
+        if (handlerKind(handler) !== undefined) this.planFor(type, handler);
       }
     }
   }

@@ -23,9 +23,10 @@ import { type BucketRequest, toDecision } from '../bucket/token-bucket.js';
 import { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js';
 import { createDigest, type Digest, ipIdentity, routeIdentity, routeKey } from '../keys/identity.js';
 import type { CompiledPolicy } from '../policies/policy.js';
-import { PolicyRegistry, type RoutePlan } from '../policies/policy-registry.js';
-import { RATE_LIMIT_ENHANCER, RATE_LIMIT_VERDICT } from '../rate-limit.constants.js';
-import { RateLimitException } from '../rate-limit.exception.js';
+import { handlerKind, PolicyRegistry, type RoutePlan } from '../policies/policy-registry.js';
+import { RATE_LIMIT_ENHANCER, RATE_LIMIT_POLICIES, RATE_LIMIT_VERDICT } from '../rate-limit.constants.js';
+import { RateLimitedGraphQLError, RateLimitException } from '../rate-limit.exception.js';
+import { type CallKind, type LimitedCall, limitedCall } from '../contexts/limited-call.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import { BucketStore } from '../stores/bucket-store.interface.js';
@@ -67,6 +68,8 @@ interface PhaseTake {
 }
 
 interface RequestState extends RateLimitState {
+  /** The transport of the call: what a refusal throws. */
+  kind: CallKind;
   plan: RoutePlan;
   hooks: RequestHooks;
   /** The guard instance that decided the first phase (`undefined`: the interceptor did, without a guard). */
@@ -85,6 +88,11 @@ interface RequestState extends RateLimitState {
 interface Who extends RateLimitIdentity {
   id: string;
 }
+
+/** Why a WebSocket or microservice handler's policy does nothing (yet). */
+export const NOT_DECIDED =
+  'this version of nest-redis-rate-limit limits HTTP routes and GraphQL resolvers only; limit the connection or ' +
+  'message yourself with BucketService.consume(), or remove the decorator';
 
 /** The source a merged verdict reports: a failure of either phase wins, so headers never claim numbers nobody has. */
 const SOURCE_RANK: Record<VerdictSource, number> = { store: 0, cache: 1, local: 2, open: 3, closed: 4 };
@@ -150,7 +158,8 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
           const value = request.headers?.[apiKeyHeader];
           return Array.isArray(value) ? value[0] : value;
         }),
-      throwRateLimitException: (_context, verdict) => {
+      throwRateLimitException: (context, verdict) => {
+        if (context.getType<string>() === 'graphql') throw new RateLimitedGraphQLError(longestWait(verdict));
         throw RateLimitException.withoutStack(longestWait(verdict));
       },
     };
@@ -161,6 +170,10 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
       this.registry.discoverRoutes();
       this.assertImportedOnce();
     });
+    for (const { controller, handler, plan } of this.registry.routes()) {
+      const kind = handlerKind(handler);
+      if (plan !== null && (kind === 'ws' || kind === 'rpc')) this.reportUndecided(controller, handler, plan, kind);
+    }
   }
 
   /** Global guards and interceptors are all known by now, `useGlobalGuards()` ones included. */
@@ -196,37 +209,56 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
 
   /** Phase 1, in `RateLimitGuard`. `owner` is the guard instance: a second guard on the same request decides nothing. */
   beforeGuards(context: ExecutionContext, hooks: RequestHooks, owner: object): boolean | Promise<boolean> {
-    if (context.getType() !== 'http') return true;
+    const call = limitedCall(context);
+    if (call === undefined) return this.undecided(context);
     const plan = this.registry.planFor(context.getClass(), context.getHandler());
     if (plan === null) return true;
-    const http = context.switchToHttp();
-    const request = http.getRequest();
-    const existing: RequestState | undefined = request[RATE_LIMIT_VERDICT];
+    const existing: RequestState | undefined = call.carrier[RATE_LIMIT_VERDICT];
     if (existing !== undefined) {
       if (existing.owner !== owner) this.guardRanTwice(plan, existing.owner, owner);
       return true;
     }
-    const state = newState(plan, hooks, owner);
-    request[RATE_LIMIT_VERDICT] = state;
-    if (this.isExempt(state, request)) return true;
+    const state = newState(plan, hooks, owner, call.kind);
+    call.carrier[RATE_LIMIT_VERDICT] = state;
+    if (this.isExempt(state, call.request)) return true;
     if (plan.beforeGuards.length === 0) return true;
-    return this.decideBefore(context, state, request, http.getResponse()).then(() => true);
+    return this.decideBefore(context, state, call.request, call.response).then(() => true);
+  }
+
+  /**
+   * A handler of a transport the limiter does not decide (WebSockets, microservices): never silently
+   * unlimited — a handler with a policy is reported once, at its first call (start-up reports it too).
+   */
+  private undecided(context: ExecutionContext): true {
+    const controller = context.getClass();
+    const handler = context.getHandler();
+    const plan = this.registry.planFor(controller, handler);
+    if (plan !== null) this.reportUndecided(controller, handler, plan, context.getType<string>());
+    return true;
+  }
+
+  private reportUndecided(controller: Function, handler: Function, plan: RoutePlan, type: string): void {
+    const own = Reflect.getMetadata(RATE_LIMIT_POLICIES, handler) ?? Reflect.getMetadata(RATE_LIMIT_POLICIES, controller);
+    const what = own === undefined ? 'The module defaults' : '@RateLimit';
+    const kind = type === 'ws' ? 'WebSocket message handler' : type === 'rpc' ? 'microservice handler' : `${type} handler`;
+    this.once(`undecided|${plan.route}`, `${what} on ${plan.route} (a ${kind}) is not enforced: ${NOT_DECIDED}`);
   }
 
   /** Phase 2, in `RateLimitInterceptor`, before the handler runs. Undefined when there is nothing to wait for. */
   afterGuards(context: ExecutionContext): Promise<void> | undefined {
-    if (context.getType() !== 'http') return undefined;
+    const call = limitedCall(context);
+    if (call === undefined) {
+      this.undecided(context);
+      return undefined;
+    }
     const plan = this.registry.planFor(context.getClass(), context.getHandler());
     if (plan === null) return undefined;
-    const http = context.switchToHttp();
-    const request = http.getRequest();
-    const response = http.getResponse();
-    const state: RequestState | undefined = request[RATE_LIMIT_VERDICT];
-    if (state === undefined) return this.withoutGuard(context, plan, request, response);
+    const state: RequestState | undefined = call.carrier[RATE_LIMIT_VERDICT];
+    if (state === undefined) return this.withoutGuard(context, plan, call);
     if (state.settled) return undefined;
     state.settled = true;
     if (state.exempt) return undefined;
-    return this.decideAfter(context, state, request, response);
+    return this.decideAfter(context, state, call.request, call.response);
   }
 
   /**
@@ -235,14 +267,15 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
    * nothing on the request can be refunded.
    */
   afterHandler(context: ExecutionContext, stream: Observable<unknown>): Observable<unknown> {
-    if (context.getType() !== 'http') return stream;
-    const http = context.switchToHttp();
-    const state: RequestState | undefined = http.getRequest()[RATE_LIMIT_VERDICT];
+    const call = limitedCall(context);
+    if (call === undefined) return stream;
+    const state: RequestState | undefined = call.carrier[RATE_LIMIT_VERDICT];
     if (state === undefined || !state.plan.refunds || state.refunded) return stream;
-    const response = http.getResponse();
+    const { response } = call;
     return stream.pipe(
       mergeMap(async (value) => {
-        await this.refundByOutcome(state, response, statusOf(response), undefined);
+        // A resolver that returned succeeded, whatever the status of the HTTP response its operation shares.
+        await this.refundByOutcome(state, response, call.kind === 'http' ? statusOf(response) : 200, undefined);
         return value;
       }),
       catchError(async (error: unknown) => {
@@ -253,7 +286,8 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   }
 
   /** No `RateLimitGuard` ran (`guard: false` and none placed on this route): both phases here, and say so once. */
-  private async withoutGuard(context: ExecutionContext, plan: RoutePlan, request: any, response: unknown): Promise<void> {
+  private async withoutGuard(context: ExecutionContext, plan: RoutePlan, call: LimitedCall): Promise<void> {
+    const { request, response } = call;
     if (plan.beforeGuards.length > 0) {
       this.once(
         `noguard|${plan.route}`,
@@ -261,8 +295,8 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
           'so requests they refuse are not counted. Register RateLimitGuard, or remove guard: false',
       );
     }
-    const state = newState(plan, this.defaultHooks, undefined);
-    request[RATE_LIMIT_VERDICT] = state;
+    const state = newState(plan, this.defaultHooks, undefined, call.kind);
+    call.carrier[RATE_LIMIT_VERDICT] = state;
     if (this.isExempt(state, request)) return;
     if (plan.beforeGuards.length > 0) await this.decideBefore(context, state, request, response);
     if (state.settled) return;
@@ -499,7 +533,9 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
 
   private refuse(context: ExecutionContext, response: unknown, state: RequestState, verdict: Verdict): never {
     if (verdict.source === 'closed') {
-      this.headers.writeRetryAfter(response, Math.max(1, Math.ceil(this.options.timeoutMs / 1000)));
+      const retryAfter = Math.max(1, Math.ceil(this.options.timeoutMs / 1000));
+      this.headers.writeRetryAfter(response, retryAfter);
+      if (state.kind === 'graphql') throw new RateLimitedGraphQLError(retryAfter, 'RATE_LIMIT_UNAVAILABLE');
       throw new ServiceUnavailableException('Rate limiting is unavailable; try again shortly');
     }
     this.headers.write(response, state.policies, verdict);
@@ -603,6 +639,8 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     const unlimited: string[] = [];
     for (const { controller, handler, plan } of this.registry.routes()) {
       if (plan === null) continue;
+      const kind = handlerKind(handler);
+      if (kind === 'ws' || kind === 'rpc') continue; // reported apart: not decided at all
       const enhancers = [GUARDS_METADATA, INTERCEPTORS_METADATA].flatMap((key) => [
         ...(Reflect.getMetadata(key, controller) ?? []),
         ...(Reflect.getMetadata(key, handler) ?? []),
@@ -648,8 +686,9 @@ function isOurs(enhancer: unknown): boolean {
   return typeof type === 'function' && RATE_LIMIT_ENHANCER in type;
 }
 
-function newState(plan: RoutePlan, hooks: RequestHooks, owner: object | undefined): RequestState {
+function newState(plan: RoutePlan, hooks: RequestHooks, owner: object | undefined, kind: CallKind): RequestState {
   return {
+    kind,
     plan,
     hooks,
     owner,

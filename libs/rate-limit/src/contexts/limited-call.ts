@@ -1,0 +1,47 @@
+import type { ExecutionContext } from '@nestjs/common';
+
+/** The transports whose handlers the limiter decides. */
+export type CallKind = 'http' | 'graphql';
+
+/**
+ * One call the limiter decides, seen the same way whatever the transport:
+ * - `carrier`: the object its state is kept on (under `RATE_LIMIT_VERDICT`) between the guard and the
+ *   interceptor — the HTTP request; for GraphQL the resolver's arguments, since every field of an
+ *   operation shares one HTTP request and each is decided on its own;
+ * - `request`: what the identity hooks read (`getIp`, `getUserId`, `getApiKey`, `keys.*`);
+ * - `response`: where headers go, or undefined when there is none (a GraphQL subscription).
+ */
+export interface LimitedCall {
+  kind: CallKind;
+  carrier: any;
+  request: any;
+  response: any;
+}
+
+/** The call of `context`, or undefined for a transport the limiter does not decide (see `undecidedKind`). */
+export function limitedCall(context: ExecutionContext): LimitedCall | undefined {
+  const type = context.getType<string>();
+  if (type === 'http') {
+    const http = context.switchToHttp();
+    const request = http.getRequest();
+    return { kind: 'http', carrier: request, request, response: http.getResponse() };
+  }
+  if (type === 'graphql') return graphqlCall(context);
+  return undefined;
+}
+
+/**
+ * A resolver's call. Its arguments are `[root, args, context, info]`; the GraphQL context holds the
+ * HTTP request as `req` (Apollo) or `request` (Mercurius, and Mercurius subscriptions), its response as
+ * `res`, `req.res` (Apollo over Express) or `reply` (Mercurius). A subscription over graphql-ws has
+ * the connection's context as `req`, with the upgrade request at `extra.request` and no response.
+ * Read without importing `@nestjs/graphql`: the library does not depend on it.
+ */
+function graphqlCall(context: ExecutionContext): LimitedCall {
+  const args = context.getArgs();
+  const gql = (args[2] ?? {}) as Record<string, any>;
+  const raw = gql.req ?? gql.request;
+  const request = raw?.extra?.request ?? raw ?? {};
+  const response = gql.res ?? raw?.res ?? gql.reply;
+  return { kind: 'graphql', carrier: args, request, response };
+}
