@@ -111,6 +111,28 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     expect(await keysUnder(client, prefix)).toContain(`${prefix}{key:${sha('reporter')}}:reports`);
   });
 
+  it('POST /graphql limits the quote query like a route: 5 answers, then a RATE_LIMITED field error with headers', async () => {
+    const ask = () => http().post('/graphql').set('content-type', 'application/json').send({ query: '{ quote }' }).expect(200);
+    for (let left = 4; left >= 0; left--) {
+      const res = await ask();
+      expect(typeof res.body.data.quote).toBe('string');
+      expect(res.headers['ratelimit-remaining']).toBe(String(left));
+    }
+    const refused = await ask();
+    expect(refused.body.data).toBeNull();
+    expect(refused.body.errors).toHaveLength(1);
+    expect(refused.body.errors[0]).toMatchObject({ message: 'Too Many Requests', path: ['quote'], extensions: { code: 'RATE_LIMITED', retryAfter: 1 } });
+    expect(refused.headers['retry-after']).toBe('1');
+    expect(await tokensOf(client, `${prefix}{ip:127.0.0.1}:QuotesResolver.quote`)).toBeLessThan(1);
+  });
+
+  it('POST /graphql like mutation costs 2 of 10: 5 likes, then refused', async () => {
+    const like = () =>
+      http().post('/graphql').set('content-type', 'application/json').send({ query: 'mutation { like(id: 7) }' }).expect(200);
+    for (let n = 1; n <= 5; n++) expect((await like()).body.data.like).toBe(n);
+    expect((await like()).body.errors[0].extensions).toMatchObject({ code: 'RATE_LIMITED', retryAfter: 2 });
+  });
+
   it('GET /health is never limited and carries no rate-limit headers', async () => {
     for (let i = 0; i < 30; i++) {
       const res = await http().get('/health').expect(200);

@@ -1,5 +1,7 @@
 import { Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
+import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
+import { GraphQLModule } from '@nestjs/graphql';
 import { RateLimitModule } from 'nest-redis-rate-limit';
 import { apiKeyVerifier } from './api-keys.js';
 import { AuthController } from './auth.controller.js';
@@ -9,11 +11,20 @@ import { MetricsController } from './metrics.controller.js';
 import { PlanController } from './plan.controller.js';
 import { DemoUserGuard, DemoUsers, PlanLimits } from './plans.js';
 import { QuotaController } from './quota.controller.js';
+import { QUOTES_SCHEMA, QuotesResolver } from './quotes.resolver.js';
 import { gatewayRateLimitOptions } from './redis-probe.js';
 
 @Module({
   imports: [
     ConfigModule.forRoot({ isGlobal: true }),
+    // GraphQL at /graphql (Apollo): resolvers are limited like routes. The context keeps the HTTP response
+    // for the rate-limit headers: Express passes { req, res }; Fastify passes (request, reply).
+    GraphQLModule.forRoot<ApolloDriverConfig>({
+      driver: ApolloDriver,
+      typeDefs: QUOTES_SCHEMA,
+      path: '/graphql',
+      context: (first: object, reply?: object) => (reply === undefined ? first : { req: first, reply }),
+    }),
     RateLimitModule.forRootAsync({
       imports: [ConfigModule],
       inject: [ConfigService],
@@ -28,6 +39,6 @@ import { gatewayRateLimitOptions } from './redis-probe.js';
     }),
   ],
   controllers: [HelloController, AuthController, PlanController, QuotaController, HealthController, MetricsController],
-  providers: [DemoUsers, DemoUserGuard, PlanLimits],
+  providers: [DemoUsers, DemoUserGuard, PlanLimits, QuotesResolver],
 })
 export class AppModule {}

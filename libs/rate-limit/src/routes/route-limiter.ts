@@ -220,6 +220,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     }
     const state = newState(plan, hooks, owner, call.kind);
     call.carrier[RATE_LIMIT_VERDICT] = state;
+    if (call.response === undefined) this.noResponse(call, plan);
     if (this.isExempt(state, call.request)) return true;
     if (plan.beforeGuards.length === 0) return true;
     return this.decideBefore(context, state, call.request, call.response).then(() => true);
@@ -235,6 +236,21 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     const plan = this.registry.planFor(controller, handler);
     if (plan !== null) this.reportUndecided(controller, handler, plan, context.getType<string>());
     return true;
+  }
+
+  /**
+   * A GraphQL call over HTTP whose context holds no response (Apollo over Fastify passes only the
+   * request by default) cannot carry the headers: said once per resolver, with the fix. A subscription
+   * (no HTTP request either) has none to carry them, as documented.
+   */
+  private noResponse(call: LimitedCall, plan: RoutePlan): void {
+    if (call.kind !== 'graphql' || call.request?.raw === undefined) return;
+    this.once(
+      `noresponse|${plan.route}`,
+      `The GraphQL context of ${plan.route} has the request but no response, so rate-limit headers are not sent ` +
+        '(the limit applies all the same). With Apollo over Fastify, put the reply in the context: ' +
+        'GraphQLModule.forRoot({ ..., context: (request, reply) => ({ req: request, reply }) })',
+    );
   }
 
   private reportUndecided(controller: Function, handler: Function, plan: RoutePlan, type: string): void {
@@ -297,6 +313,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     }
     const state = newState(plan, this.defaultHooks, undefined, call.kind);
     call.carrier[RATE_LIMIT_VERDICT] = state;
+    if (response === undefined) this.noResponse(call, plan);
     if (this.isExempt(state, request)) return;
     if (plan.beforeGuards.length > 0) await this.decideBefore(context, state, request, response);
     if (state.settled) return;
