@@ -43,6 +43,7 @@ export type { RouteIdentity } from './keys/identity.js';
 export { RateLimitMetrics } from './metrics/rate-limit-metrics.js';
 export { METER_NAME, RateLimitMetricAttributes, RateLimitMetricNames } from './metrics/metric-names.js';
 export { RateLimitException, RateLimitedGraphQLError, type RateLimitedExtensions } from './rate-limit.exception.js';
+export { RateLimitedEventDropped, type RateLimitedPayload } from './contexts/transport-errors.js';
 export { RateLimitTimeoutError } from './bucket/with-timeout.js';
 export { BucketStore, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';
 export { MemoryBucketStore, type MemoryBucketStoreOptions } from './stores/memory-bucket.store.js';

@@ -19,6 +19,7 @@ import { resolveOptions } from './rate-limit.options-resolver.js';
 import { RouteLimiter } from './routes/route-limiter.js';
 import { BucketStore } from './stores/bucket-store.interface.js';
 import { localStoreOptions, MemoryBucketStore } from './stores/memory-bucket.store.js';
+import { TransportHandlers } from './contexts/transport-handlers.js';
 import { createRedisClient, RedisBucketStore } from './stores/redis-bucket.store.js';
 
 function createStore(options: ResolvedRateLimitOptions): BucketStore {
@@ -73,6 +74,8 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
     PolicyRegistry,
     RateLimitHeadersWriter,
     RouteLimiter,
+    // Puts RateLimitInterceptor on WebSocket and microservice handlers with a policy, at creation.
+    TransportHandlers,
     // A factory that gives null registers nothing: Nest skips it.
     {
       provide: APP_GUARD,

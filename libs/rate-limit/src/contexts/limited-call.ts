@@ -1,7 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
 
 /** The transports whose handlers the limiter decides. */
-export type CallKind = 'http' | 'graphql';
+export type CallKind = 'http' | 'graphql' | 'ws' | 'rpc';
 
 /**
  * One call the limiter decides, seen the same way whatever the transport:
@@ -27,6 +27,8 @@ export function limitedCall(context: ExecutionContext): LimitedCall | undefined 
     return { kind: 'http', carrier: request, request, response: http.getResponse() };
   }
   if (type === 'graphql') return graphqlCall(context);
+  if (type === 'ws') return wsCall(context);
+  if (type === 'rpc') return rpcCall(context);
   return undefined;
 }
 
@@ -44,4 +46,37 @@ function graphqlCall(context: ExecutionContext): LimitedCall {
   const request = raw?.extra?.request ?? raw ?? {};
   const response = gql.res ?? raw?.res ?? gql.reply;
   return { kind: 'graphql', carrier: args, request, response };
+}
+
+/**
+ * A WebSocket message: its arguments are `[client, data, ack?, pattern]`. The hooks get a request view
+ * of the connection: `ip` (socket.io: the handshake address; ws: the TCP peer, as ws keeps no request),
+ * `headers` (the handshake's), `user` (`client.data.user` or `client.user`, as your auth sets it),
+ * `client`. No response: no headers.
+ */
+function wsCall(context: ExecutionContext): LimitedCall {
+  const args = context.getArgs();
+  const client = (args[0] ?? {}) as Record<string, any>;
+  const handshake = client.handshake as Record<string, any> | undefined;
+  const request = handshake
+    ? { ip: handshake.address, headers: handshake.headers ?? {}, user: client.data?.user ?? client.user, client }
+    : { ip: client._socket?.remoteAddress, headers: {}, user: client.user, client };
+  return { kind: 'ws', carrier: args, request, response: undefined };
+}
+
+/**
+ * A microservice message or event: `[data, context]`. The request view has `ip` where the transport
+ * has a peer (TCP), `data` (the payload, for keyBy functions) and `context`; identities usually come
+ * from the payload through a keyBy function.
+ */
+function rpcCall(context: ExecutionContext): LimitedCall {
+  const args = context.getArgs();
+  const rpc = args[1] as { getSocketRef?: () => { socket?: { remoteAddress?: string } } } | undefined;
+  let ip: string | undefined;
+  try {
+    ip = rpc?.getSocketRef?.()?.socket?.remoteAddress;
+  } catch {
+    ip = undefined;
+  }
+  return { kind: 'rpc', carrier: args, request: { ip, headers: {}, data: args[0], context: rpc }, response: undefined };
 }

@@ -25,7 +25,7 @@ import { createDigest, type Digest, ipIdentity, routeIdentity, routeKey } from '
 import type { CompiledPolicy } from '../policies/policy.js';
 import { handlerKind, PolicyRegistry, type RoutePlan } from '../policies/policy-registry.js';
 import { RATE_LIMIT_ENHANCER, RATE_LIMIT_POLICIES, RATE_LIMIT_VERDICT } from '../rate-limit.constants.js';
-import { RateLimitedGraphQLError, RateLimitException } from '../rate-limit.exception.js';
+import { isEventHandler, refusalFor } from '../contexts/transport-errors.js';
 import { type CallKind, type LimitedCall, limitedCall } from '../contexts/limited-call.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
@@ -89,10 +89,10 @@ interface Who extends RateLimitIdentity {
   id: string;
 }
 
-/** Why a WebSocket or microservice handler's policy does nothing (yet). */
+/** Why a handler of another transport's policy does nothing. */
 export const NOT_DECIDED =
-  'this version of nest-redis-rate-limit limits HTTP routes and GraphQL resolvers only; limit the connection or ' +
-  'message yourself with BucketService.consume(), or remove the decorator';
+  'nest-redis-rate-limit limits HTTP routes, GraphQL resolvers, WebSocket and microservice handlers; limit ' +
+  'this one yourself with BucketService.consume(), or remove the decorator';
 
 /** The source a merged verdict reports: a failure of either phase wins, so headers never claim numbers nobody has. */
 const SOURCE_RANK: Record<VerdictSource, number> = { store: 0, cache: 1, local: 2, open: 3, closed: 4 };
@@ -118,6 +118,8 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   private readonly logger = new ThrottledLogger('RateLimit');
   /** What shadow policies would have refused: logged apart, so that failures do not hide it. */
   private readonly shadowLogger = new ThrottledLogger('RateLimit');
+  /** Microservice events refused, which no client hears of. */
+  private readonly dropLogger = new ThrottledLogger('RateLimit');
   /** Mistakes of set-up are logged once per route (and policy), each: they do not repeat per request. */
   private readonly setupLogger = new Logger('RateLimit');
   private readonly said = new Set<string>();
@@ -159,8 +161,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
           return Array.isArray(value) ? value[0] : value;
         }),
       throwRateLimitException: (context, verdict) => {
-        if (context.getType<string>() === 'graphql') throw new RateLimitedGraphQLError(longestWait(verdict));
-        throw RateLimitException.withoutStack(longestWait(verdict));
+        throw refusalFor(context, longestWait(verdict), 'RATE_LIMITED');
       },
     };
   }
@@ -170,10 +171,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
       this.registry.discoverRoutes();
       this.assertImportedOnce();
     });
-    for (const { controller, handler, plan } of this.registry.routes()) {
-      const kind = handlerKind(handler);
-      if (plan !== null && (kind === 'ws' || kind === 'rpc')) this.reportUndecided(controller, handler, plan, kind);
-    }
+
   }
 
   /** Global guards and interceptors are all known by now, `useGlobalGuards()` ones included. */
@@ -256,8 +254,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   private reportUndecided(controller: Function, handler: Function, plan: RoutePlan, type: string): void {
     const own = Reflect.getMetadata(RATE_LIMIT_POLICIES, handler) ?? Reflect.getMetadata(RATE_LIMIT_POLICIES, controller);
     const what = own === undefined ? 'The module defaults' : '@RateLimit';
-    const kind = type === 'ws' ? 'WebSocket message handler' : type === 'rpc' ? 'microservice handler' : `${type} handler`;
-    this.once(`undecided|${plan.route}`, `${what} on ${plan.route} (a ${kind}) is not enforced: ${NOT_DECIDED}`);
+    this.once(`undecided|${plan.route}`, `${what} on ${plan.route} (a '${type}' handler) is not enforced: ${NOT_DECIDED}`);
   }
 
   /** Phase 2, in `RateLimitInterceptor`, before the handler runs. Undefined when there is nothing to wait for. */
@@ -304,7 +301,9 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   /** No `RateLimitGuard` ran (`guard: false` and none placed on this route): both phases here, and say so once. */
   private async withoutGuard(context: ExecutionContext, plan: RoutePlan, call: LimitedCall): Promise<void> {
     const { request, response } = call;
-    if (plan.beforeGuards.length > 0) {
+    // WebSocket and microservice handlers have the interceptor of their own (the global guard may not
+    // reach them: connectMicroservice() without inheritAppConfig); nothing to warn about.
+    if (plan.beforeGuards.length > 0 && (call.kind === 'http' || call.kind === 'graphql')) {
       this.once(
         `noguard|${plan.route}`,
         `No RateLimitGuard ran before ${plan.route} (guard: false?): its policies are decided after your guards, ` +
@@ -552,10 +551,14 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     if (verdict.source === 'closed') {
       const retryAfter = Math.max(1, Math.ceil(this.options.timeoutMs / 1000));
       this.headers.writeRetryAfter(response, retryAfter);
-      if (state.kind === 'graphql') throw new RateLimitedGraphQLError(retryAfter, 'RATE_LIMIT_UNAVAILABLE');
+      if (state.kind !== 'http') throw refusalFor(context, retryAfter, 'RATE_LIMIT_UNAVAILABLE');
       throw new ServiceUnavailableException('Rate limiting is unavailable; try again shortly');
     }
     this.headers.write(response, state.policies, verdict);
+    if (state.kind === 'rpc' && isEventHandler(context)) {
+      // An event has no reply to carry the refusal: say it here (throttled) and drop it.
+      this.dropLogger.warn(`Event of ${state.plan.route} dropped: rate limited (retry after ${longestWait(verdict)} s)`);
+    }
     return state.hooks.throwRateLimitException(context, verdict);
   }
 

@@ -1,0 +1,90 @@
+import type { ExecutionContext } from '@nestjs/common';
+import { IntrinsicException } from '@nestjs/common';
+import { RateLimitedGraphQLError, RateLimitException } from '../rate-limit.exception.js';
+
+/** What a refused WebSocket or microservice client receives: the `WsException` / `RpcException` error. */
+export interface RateLimitedPayload {
+  status: 'error';
+  code: 'RATE_LIMITED' | 'RATE_LIMIT_UNAVAILABLE';
+  message: string;
+  retryAfter: number;
+}
+
+type ErrorClass = new (error: object) => Error;
+
+/**
+ * `WsException` and `RpcException` from the app's own `@nestjs/websockets` / `@nestjs/microservices`:
+ * Nest's filters recognise them with `instanceof`, and the library depends on neither package. Loaded
+ * at start-up when the app has such handlers (`loadTransportErrors`).
+ */
+const loaded: { ws?: ErrorClass; rpc?: ErrorClass } = {};
+
+export async function loadTransportErrors(kinds: ReadonlySet<'ws' | 'rpc'>): Promise<void> {
+  if (kinds.has('ws') && loaded.ws === undefined) loaded.ws = (await importOptional(WEBSOCKETS)).WsException as ErrorClass;
+  if (kinds.has('rpc') && loaded.rpc === undefined) loaded.rpc = (await importOptional(MICROSERVICES)).RpcException as ErrorClass;
+}
+
+// Names in variables: apps without these packages compile the library's sources without them.
+const WEBSOCKETS: string = '@nestjs/websockets';
+const MICROSERVICES: string = '@nestjs/microservices';
+
+function importOptional(name: string): Promise<Record<string, unknown>> {
+  return import(name) as Promise<Record<string, unknown>>;
+}
+
+/**
+ * A refused microservice event, which has no reply: dropped. An `IntrinsicException`, so Nest drops it
+ * without logging it as a fault (the limiter logs the drops, throttled, and reports them as decisions).
+ */
+export class RateLimitedEventDropped extends IntrinsicException {
+  constructor(readonly retryAfter: number) {
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
+    try {
+      super('Event dropped: rate limited');
+    } finally {
+      Error.stackTraceLimit = limit;
+    }
+    this.name = 'RateLimitedEventDropped';
+  }
+}
+
+/** Whether a microservice handler is an `@EventPattern` (Nest's `PatternHandler.EVENT`). */
+export function isEventHandler(context: ExecutionContext): boolean {
+  return Reflect.getMetadata('microservices:handler_type', context.getHandler()) === 2;
+}
+
+/**
+ * The refusal each transport's client understands:
+ * - HTTP: `RateLimitException` (429);
+ * - GraphQL: `RateLimitedGraphQLError` (the field's error, `extensions.code`);
+ * - WebSocket: `WsException` with a `RateLimitedPayload` (socket.io: the `exception` event; ws: an
+ *   `exception` message); a socket.io acknowledgement the client waits for gets the payload too;
+ * - microservice message: `RpcException` with the payload (the `ClientProxy` subscriber's error);
+ * - microservice event: `RateLimitedEventDropped`.
+ */
+export function refusalFor(context: ExecutionContext, retryAfter: number, code: RateLimitedPayload['code']): Error {
+  const type = context.getType<string>();
+  if (type === 'http') return RateLimitException.withoutStack(retryAfter);
+  if (type === 'graphql') return new RateLimitedGraphQLError(retryAfter, code);
+  if (type === 'rpc' && isEventHandler(context)) return new RateLimitedEventDropped(retryAfter);
+  const payload: RateLimitedPayload = {
+    status: 'error',
+    code,
+    message: code === 'RATE_LIMITED' ? 'Too Many Requests' : 'Rate limiting is unavailable; try again shortly',
+    retryAfter,
+  };
+  if (type === 'ws') {
+    const ack = context.getArgs()[2];
+    if (typeof ack === 'function') ack(payload);
+  }
+  const Class = type === 'ws' ? loaded.ws : type === 'rpc' ? loaded.rpc : undefined;
+  if (Class === undefined) return Object.assign(new Error(payload.message), payload);
+  const limit = Error.stackTraceLimit;
+  Error.stackTraceLimit = 0;
+  try {
+    return new Class(payload);
+  } finally {
+    Error.stackTraceLimit = limit;
+  }
+}
