@@ -50,3 +50,4 @@ export { MemoryBucketStore, type MemoryBucketStoreOptions } from './stores/memor
 export { RedisBucketStore } from './stores/redis-bucket.store.js';
 export { redisAnswers } from './stores/redis-probe.js';
 export { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP, RATE_LIMIT_VERDICT } from './rate-limit.constants.js';
+export { ConnectionRateLimit, type ConnectionRateLimitOptions } from './contexts/connection-rate-limit.js';
