@@ -2,6 +2,8 @@ import { createHash } from 'node:crypto';
 import type { INestApplication } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import request from 'supertest';
+import WebSocket from 'ws';
+import { WsAdapter } from '@nestjs/platform-ws';
 import { AppModule } from '../../apps/gateway/src/app.module.js';
 import { startMetrics } from '../../apps/gateway/src/metrics.js';
 import { createApp, PLATFORMS } from '../support/app.js';
@@ -22,7 +24,8 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     client = new Redis(await redisUrl());
     // As main.ts does, before the app is created (once per file: both platforms' apps share the provider).
     startMetrics();
-    app = await createApp(AppModule, platform);
+    // As main.ts does: plain WebSockets for EchoGateway.
+    app = await createApp(AppModule, platform, (created) => created.useWebSocketAdapter(new WsAdapter(created)));
   });
 
   afterAll(async () => {
@@ -131,6 +134,34 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
       http().post('/graphql').set('content-type', 'application/json').send({ query: 'mutation { like(id: 7) }' }).expect(200);
     for (let n = 1; n <= 5; n++) expect((await like()).body.data.like).toBe(n);
     expect((await like()).body.errors[0].extensions).toMatchObject({ code: 'RATE_LIMITED', retryAfter: 2 });
+  });
+
+  it('WS /ws echoes 3 messages per address, then answers RATE_LIMITED exceptions', async () => {
+    await app.listen(0, '127.0.0.1');
+    const url = (await app.getUrl()).replace('http', 'ws') + '/ws';
+    const socket = new WebSocket(url);
+    try {
+      await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));
+      const answers: unknown[] = [];
+      const all = new Promise<void>((resolve) =>
+        socket.on('message', (message) => {
+          answers.push(JSON.parse(String(message)));
+          if (answers.length === 5) resolve();
+        }),
+      );
+      for (let i = 0; i < 5; i++) socket.send(JSON.stringify({ event: 'echo', data: i }));
+      await all;
+      expect(answers.filter((a) => (a as { event: string }).event === 'echo')).toHaveLength(3);
+      const refused = answers.filter((a) => (a as { event: string }).event === 'exception');
+      expect(refused).toEqual([
+        { event: 'exception', data: { status: 'error', code: 'RATE_LIMITED', message: 'Too Many Requests', retryAfter: 1 } },
+        { event: 'exception', data: { status: 'error', code: 'RATE_LIMITED', message: 'Too Many Requests', retryAfter: 1 } },
+      ]);
+      expect(await client.exists(`${prefix}{ip:127.0.0.1}:EchoGateway.echo`)).toBe(1);
+      expect(await client.exists(`${prefix}{ws-connect:ip:127.0.0.1}`)).toBe(1);
+    } finally {
+      socket.terminate();
+    }
   });
 
   it('GET /health is never limited and carries no rate-limit headers', async () => {

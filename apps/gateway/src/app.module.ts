@@ -10,6 +10,7 @@ import { HelloController } from './hello.controller.js';
 import { MetricsController } from './metrics.controller.js';
 import { PlanController } from './plan.controller.js';
 import { DemoUserGuard, DemoUsers, PlanLimits } from './plans.js';
+import { EchoGateway } from './echo.gateway.js';
 import { QuotaController } from './quota.controller.js';
 import { QUOTES_SCHEMA, QuotesResolver } from './quotes.resolver.js';
 import { gatewayRateLimitOptions } from './redis-probe.js';
@@ -39,6 +40,6 @@ import { gatewayRateLimitOptions } from './redis-probe.js';
     }),
   ],
   controllers: [HelloController, AuthController, PlanController, QuotaController, HealthController, MetricsController],
-  providers: [DemoUsers, DemoUserGuard, PlanLimits, QuotesResolver],
+  providers: [DemoUsers, DemoUserGuard, PlanLimits, QuotesResolver, EchoGateway],
 })
 export class AppModule {}
