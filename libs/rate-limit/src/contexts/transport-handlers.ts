@@ -37,9 +37,18 @@ export class TransportHandlers implements OnModuleInit {
         if (!mayBeLimited(type, handler, options)) continue;
         this.kinds.add(kind);
         const list: unknown[] = Reflect.getMetadata(INTERCEPTORS_METADATA, handler) ?? [];
-        if (list.some((item) => item === RateLimitInterceptor || item instanceof RateLimitInterceptor)) continue;
+        // The class itself (@UseInterceptors(RateLimitInterceptor)) is Nest's to build for each app.
+        if (list.includes(RateLimitInterceptor)) continue;
+        // An instance finds the limiter of the app that created it. A handler class shared by several
+        // apps in one process (an e2e suite) gets this app's instance in place of an earlier app's:
+        // Nest reads a handler's enhancers once, when it connects the app's gateways and microservices,
+        // so an app that has started keeps its own.
         interceptor ??= new RateLimitInterceptor(moduleRef);
-        Reflect.defineMetadata(INTERCEPTORS_METADATA, [...list, interceptor], handler);
+        Reflect.defineMetadata(
+          INTERCEPTORS_METADATA,
+          [...list.filter((item) => !(item instanceof RateLimitInterceptor)), interceptor],
+          handler,
+        );
       }
     }
   }
