@@ -213,6 +213,10 @@ describe('@RateLimit on a TCP microservice', () => {
       ]);
       expect(handled['closed-audit']).toBeUndefined();
       expect(logs.lines.filter((l) => l.level === 'error')).toEqual([]);
+      // And said: one warning for the two (throttled per handler).
+      expect(logs.of('RateLimit', 'warn').filter((line) => line.startsWith('Event of ClosedHandlers.audit dropped'))).toEqual([
+        "Event of ClosedHandlers.audit dropped: rate limiting is unavailable (failureMode 'closed')",
+      ]);
     } finally {
       await stop(closed);
       await server.stop();

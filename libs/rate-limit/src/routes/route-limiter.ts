@@ -118,8 +118,8 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   private readonly logger = new ThrottledLogger('RateLimit');
   /** What shadow policies would have refused: logged apart, so that failures do not hide it. */
   private readonly shadowLogger = new ThrottledLogger('RateLimit');
-  /** Microservice events refused, which no client hears of. */
-  private readonly dropLogger = new ThrottledLogger('RateLimit');
+  /** Microservice events refused, which no client hears of: a throttled warning per handler. */
+  private readonly dropLoggers = new Map<string, ThrottledLogger>();
   /** Mistakes of set-up are logged once per route (and policy), each: they do not repeat per request. */
   private readonly setupLogger = new Logger('RateLimit');
   private readonly said = new Set<string>();
@@ -248,6 +248,17 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
       `The GraphQL context of ${plan.route} has the request but no response, so rate-limit headers are not sent ` +
         '(the limit applies all the same). With Apollo over Fastify, put the reply in the context: ' +
         'GraphQLModule.forRoot({ ..., context: (request, reply) => ({ req: request, reply }) })',
+    );
+  }
+
+  /** An event has no reply to carry its refusal: said here (at most every 10 s per handler), then dropped. */
+  private eventDropped(route: string, verdict: Verdict): void {
+    let logger = this.dropLoggers.get(route);
+    if (logger === undefined) this.dropLoggers.set(route, (logger = new ThrottledLogger('RateLimit')));
+    logger.warn(
+      verdict.source === 'closed'
+        ? `Event of ${route} dropped: rate limiting is unavailable (failureMode 'closed')`
+        : `Event of ${route} dropped: rate limited (retry after ${longestWait(verdict)} s)`,
     );
   }
 
@@ -548,6 +559,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   }
 
   private refuse(context: ExecutionContext, response: unknown, state: RequestState, verdict: Verdict): never {
+    if (state.kind === 'rpc' && isEventHandler(context)) this.eventDropped(state.plan.route, verdict);
     if (verdict.source === 'closed') {
       const retryAfter = Math.max(1, Math.ceil(this.options.timeoutMs / 1000));
       this.headers.writeRetryAfter(response, retryAfter);
@@ -555,10 +567,6 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
       throw new ServiceUnavailableException('Rate limiting is unavailable; try again shortly');
     }
     this.headers.write(response, state.policies, verdict);
-    if (state.kind === 'rpc' && isEventHandler(context)) {
-      // An event has no reply to carry the refusal: say it here (throttled) and drop it.
-      this.dropLogger.warn(`Event of ${state.plan.route} dropped: rate limited (retry after ${longestWait(verdict)} s)`);
-    }
     return state.hooks.throwRateLimitException(context, verdict);
   }
 
