@@ -27,7 +27,7 @@ export { LOOP_LIMIT_MS };
  */
 export const SLACK_MS = 30;
 /** Runs tried before a test that could never judge fails. */
-export const ATTEMPTS = 3;
+export const ATTEMPTS = 5;
 
 /** One timed span: `startedAt`/`endedAt` are `performance.now()` ms. */
 export interface Span {
