@@ -131,12 +131,12 @@ function refillArb(capacity: number): fc.Arbitrary<number> {
 function blockArb(rate: number): fc.Arbitrary<number | undefined> {
   let most = Math.min(MAX_WINDOW_SECONDS, MAX_CAPACITY / rate);
   while (most * rate > MAX_CAPACITY) most *= 1 - Number.EPSILON;
-  const fit = (block: number) => (block > 0 && block <= most ? block : most);
+  const withinBound = (block: number) => (block > 0 && block <= most ? block : most);
   return fc.oneof(
     { weight: 5, arbitrary: fc.constant(undefined) },
     { weight: 1, arbitrary: fc.constant(most) },
-    { weight: 2, arbitrary: exponent(-9, 0).map((u) => fit(most * 10 ** u)) },
-    { weight: 2, arbitrary: fc.constantFrom(0.5, 1, 30).map(fit) },
+    { weight: 2, arbitrary: exponent(-9, 0).map((u) => withinBound(most * 10 ** u)) },
+    { weight: 2, arbitrary: fc.constantFrom(0.5, 1, 30).map(withinBound) },
   );
 }
 
