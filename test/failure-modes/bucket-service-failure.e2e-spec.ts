@@ -215,7 +215,7 @@ describe('timeoutMs with a Redis client the application passed in', () => {
         expect(error).toBeInstanceOf(RateLimitUnavailableError);
         expect(endedAt - startedAt).toBeGreaterThanOrEqual(TIMEOUT_MS - 1);
       }
-      // Each at most timeoutMs + 30 ms + the event-loop delay meanwhile (timing.ts).
+      // Each at most timeoutMs + SLACK_MS + the event-loop delay meanwhile (timing.ts).
       expectWaitsBounded(waits, TIMEOUT_MS, loop);
     } finally {
       loop.stop();
