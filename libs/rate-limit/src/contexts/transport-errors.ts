@@ -1,6 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import { IntrinsicException } from '@nestjs/common';
-import { RateLimitedGraphQLError, RateLimitException } from '../rate-limit.exception.js';
+import { RateLimitedGraphQLError, RateLimitException, withoutStack } from '../rate-limit.exception.js';
 
 /** What a refused WebSocket or microservice client receives: the `WsException` / `RpcException` error. */
 export interface RateLimitedPayload {
@@ -38,13 +38,7 @@ function importOptional(name: string): Promise<Record<string, unknown>> {
  */
 export class RateLimitedEventDropped extends IntrinsicException {
   constructor(readonly retryAfter: number) {
-    const limit = Error.stackTraceLimit;
-    Error.stackTraceLimit = 0;
-    try {
-      super('Event dropped: rate limited');
-    } finally {
-      Error.stackTraceLimit = limit;
-    }
+    super('Event dropped: rate limited');
     this.name = 'RateLimitedEventDropped';
   }
 }
@@ -64,8 +58,12 @@ export function isEventHandler(context: ExecutionContext): boolean {
  * - microservice event: `RateLimitedEventDropped`.
  */
 export function refusalFor(context: ExecutionContext, retryAfter: number, code: RateLimitedPayload['code']): Error {
+  return withoutStack(() => refusal(context, retryAfter, code));
+}
+
+function refusal(context: ExecutionContext, retryAfter: number, code: RateLimitedPayload['code']): Error {
   const type = context.getType<string>();
-  if (type === 'http') return RateLimitException.withoutStack(retryAfter);
+  if (type === 'http') return new RateLimitException(retryAfter);
   if (type === 'graphql') return new RateLimitedGraphQLError(retryAfter, code);
   if (type === 'rpc' && isEventHandler(context)) return new RateLimitedEventDropped(retryAfter);
   const payload: RateLimitedPayload = {
@@ -79,12 +77,6 @@ export function refusalFor(context: ExecutionContext, retryAfter: number, code: 
     if (typeof ack === 'function') ack(payload);
   }
   const Class = type === 'ws' ? loaded.ws : type === 'rpc' ? loaded.rpc : undefined;
-  if (Class === undefined) return Object.assign(new Error(payload.message), payload);
-  const limit = Error.stackTraceLimit;
-  Error.stackTraceLimit = 0;
-  try {
-    return new Class(payload);
-  } finally {
-    Error.stackTraceLimit = limit;
-  }
+  // Loaded at start-up for every gateway and pattern handler the app has; an Error carrying the payload otherwise.
+  return Class === undefined ? Object.assign(new Error(payload.message), payload) : new Class(payload);
 }

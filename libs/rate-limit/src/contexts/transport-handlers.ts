@@ -34,8 +34,9 @@ export class TransportHandlers implements OnModuleInit {
         const handler = type.prototype[name] as Function;
         const kind = handlerKind(handler);
         if (kind !== 'ws' && kind !== 'rpc') continue;
-        if (!mayBeLimited(type, handler, options)) continue;
+        // Every transport the app uses, limited or not: a global guard may decide a handler found later.
         this.kinds.add(kind);
+        if (!mayBeLimited(type, handler, options)) continue;
         const list: unknown[] = Reflect.getMetadata(INTERCEPTORS_METADATA, handler) ?? [];
         // The class itself (@UseInterceptors(RateLimitInterceptor)) is Nest's to build for each app.
         if (list.includes(RateLimitInterceptor)) continue;

@@ -171,7 +171,6 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
       this.registry.discoverRoutes();
       this.assertImportedOnce();
     });
-
   }
 
   /** Global guards and interceptors are all known by now, `useGlobalGuards()` ones included. */
@@ -225,8 +224,8 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   }
 
   /**
-   * A handler of a transport the limiter does not decide (WebSockets, microservices): never silently
-   * unlimited — a handler with a policy is reported once, at its first call (start-up reports it too).
+   * A handler of a context type the limiter does not decide (a custom transport): never silently
+   * unlimited — a handler with a policy is reported once, at its first call.
    */
   private undecided(context: ExecutionContext): true {
     const controller = context.getClass();
@@ -668,7 +667,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     for (const { controller, handler, plan } of this.registry.routes()) {
       if (plan === null) continue;
       const kind = handlerKind(handler);
-      if (kind === 'ws' || kind === 'rpc') continue; // reported apart: not decided at all
+      if (kind === 'ws' || kind === 'rpc') continue; // each has RateLimitInterceptor of its own (TransportHandlers)
       const enhancers = [GUARDS_METADATA, INTERCEPTORS_METADATA].flatMap((key) => [
         ...(Reflect.getMetadata(key, controller) ?? []),
         ...(Reflect.getMetadata(key, handler) ?? []),
