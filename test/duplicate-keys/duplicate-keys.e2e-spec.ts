@@ -88,7 +88,7 @@ describe('one bucket named twice in one BucketService.consumeAll call', () => {
       { key, ...TWO, cost: 1 },
       { key, ...TWO, cost: 1 },
     ]);
-    await expect(taking).rejects.toThrow(/the same key twice in one call/);
+    await expect(taking).rejects.toThrow(/the same key twice in one decision/);
     expect(await client.exists(key)).toBe(0);
   });
 

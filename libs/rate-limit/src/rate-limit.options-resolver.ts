@@ -65,6 +65,9 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
   if (options.denyCache !== undefined && typeof options.denyCache !== 'boolean') {
     throw new Error(`RateLimitModule: denyCache must be true or false (got ${JSON.stringify(options.denyCache)})`);
   }
+  if (options.coalesce !== undefined && typeof options.coalesce !== 'boolean') {
+    throw new Error(`RateLimitModule: coalesce must be true or false (got ${JSON.stringify(options.coalesce)})`);
+  }
   if (options.legacyHeaders !== undefined && typeof options.legacyHeaders !== 'boolean') {
     throw new Error(`RateLimitModule: legacyHeaders must be true or false (got ${JSON.stringify(options.legacyHeaders)})`);
   }
@@ -101,6 +104,7 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     secret,
     defaults,
     denyCache: options.denyCache ?? true,
+    coalesce: options.coalesce ?? true,
     guard: options.guard ?? true,
     enforce: options.enforce ?? true,
     skipIf: options.skipIf,

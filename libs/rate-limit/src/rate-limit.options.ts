@@ -45,6 +45,13 @@ export interface RateLimitModuleOptions {
   defaults?: RateLimitPolicy | RateLimitPolicy[];
   /** After Redis denies a bucket, deny it here without a Redis call until its next token can exist (only what Redis would deny). Default true. */
   denyCache?: boolean;
+  /**
+   * Decisions that arrive in the same event-loop turn (per Redis Cluster slot) share one script call:
+   * the first goes out at once, the rest at the end of the turn, each still decided atomically on its
+   * own. Fewer calls, less Redis CPU per decision under load; nothing waits when traffic is light.
+   * `false`: one call per decision. Default true.
+   */
+  coalesce?: boolean;
   /** Register `RateLimitGuard` for the whole application. `false` when you place the guard yourself. Default true. */
   guard?: boolean;
   /** `false`: shadow mode for every policy without its own `enforce` (decide and drain, never refuse). Default true. */
@@ -97,6 +104,7 @@ export interface ResolvedRateLimitOptions {
   secret?: string;
   defaults: RateLimitPolicy[];
   denyCache: boolean;
+  coalesce: boolean;
   guard: boolean;
   enforce: boolean;
   skipIf?: (context: ExecutionContext) => boolean | Promise<boolean>;

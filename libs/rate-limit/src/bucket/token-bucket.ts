@@ -54,7 +54,7 @@ export interface BucketRequest extends BucketPolicy {
 
 /**
  * What a store adds to its answer when a bucket of the call has a penalty: per bucket, the ms its
- * penalty still runs after the store's now (0: none). The deny cache answers a refusal of a bucket with
+ * penalty still runs after the store's now (0: none; whole ms rounded down from Redis). The deny cache answers a refusal of a bucket with
  * a penalty only while that penalty is known to run (then the store would write nothing either).
  */
 export interface PenaltyReport {

@@ -172,7 +172,7 @@ export class MemoryBucketStore implements BucketStore {
 function assertDistinctKeys(requests: readonly BucketRequest[]): void {
   const keys = new Set<string>();
   for (const { key } of requests) {
-    if (keys.has(key)) throw new Error(`MemoryBucketStore: the same key twice in one call (${key}); merge them first`);
+    if (keys.has(key)) throw new Error(`MemoryBucketStore: the same key twice in one decision (${key}); merge them first`);
     keys.add(key);
   }
 }

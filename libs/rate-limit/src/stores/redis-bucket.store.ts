@@ -60,6 +60,8 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   constructor(
     readonly client: RedisClient,
     private readonly owned: boolean,
+    /** Decisions pending in the same event-loop turn share one script call (see `run`). */
+    private readonly coalesce = true,
   ) {
     client.defineCommand(TOKEN_BUCKET_COMMAND, { lua: TOKEN_BUCKET_LUA });
     this.nodeOf = client instanceof Cluster ? (key) => this.masterOf(key) : undefined;
@@ -174,30 +176,106 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     return answer(true);
   }
 
-  private run(
-    requests: readonly BucketRequest[],
-    mode: TokenBucketMode,
-    now: number | undefined,
-  ): Promise<Result> {
+  /**
+   * Sends one decision. With `coalesce` on, the first decision of an event-loop turn (per Cluster slot)
+   * goes out at once, alone; the ones that arrive after it in the same turn wait only for the turn to
+   * end (setImmediate, after the I/O callbacks of this turn) and then share one script call, which
+   * decides each on its own, in order, atomically per decision. Nothing ever waits for more decisions
+   * to come, so a lone request pays nothing, and each request still costs at most one round trip.
+   * A decision with a clock override (tests) always goes alone.
+   */
+  private run(requests: readonly BucketRequest[], mode: TokenBucketMode, now: number | undefined): Promise<Result> {
+    if (!this.coalesce || now !== undefined) return this.send(requests, mode, now);
+    const lane = this.nodeOf === undefined ? 0 : keySlot(hashTag(requests[0].key));
+    let turn = this.turn;
+    if (turn === undefined) {
+      turn = this.turn = new Map();
+      setImmediate(this.endTurn);
+    }
+    const waiting = turn.get(lane);
+    if (waiting === undefined) {
+      turn.set(lane, null);
+      return this.send(requests, mode, undefined);
+    }
+    return new Promise<Result>((resolve, reject) => {
+      const decision: Queued = { requests, mode, resolve, reject };
+      if (waiting === null) turn.set(lane, [decision]);
+      else waiting.push(decision);
+    });
+  }
+
+  /** Per lane (Cluster slot, or 0): null once a decision went out alone this turn, then the ones queued after it. */
+  private turn: Map<number, Queued[] | null> | undefined;
+
+  private readonly endTurn = (): void => {
+    const turn = this.turn;
+    this.turn = undefined;
+    if (turn === undefined) return;
+    for (const waiting of turn.values()) {
+      if (waiting === null) continue;
+      for (let i = 0; i < waiting.length; i += MAX_DECISIONS_PER_CALL) {
+        this.sendQueued(waiting.length <= MAX_DECISIONS_PER_CALL ? waiting : waiting.slice(i, i + MAX_DECISIONS_PER_CALL));
+      }
+    }
+  };
+
+  /** One decision in a call of its own. */
+  private send(requests: readonly BucketRequest[], mode: TokenBucketMode, now: number | undefined): Promise<Result> {
     // Without an offline queue ioredis would refuse the command anyway ("Stream isn't writeable"): say
     // where and why instead.
     if (this.diagnostics !== undefined && this.client.status !== 'ready') {
       return Promise.reject(this.diagnostics.notConnected());
     }
-    const args: (string | number)[] = [requests.length];
-    for (const request of requests) args.push(request.key);
-    // Penalties cost one more argument per bucket, one more field read and a longer reply: only when
-    // a bucket of the call has one.
-    if (hasPenalty(requests)) {
-      args.push(now === undefined ? '' : now, `${mode}+b`);
-      for (const request of requests) {
-        args.push(request.capacity, request.refillPerSecond, request.cost, request.blockSeconds ?? 0);
-      }
-      return this.evaluate(args).then((reply) => parseReply(reply, requests.length, true));
+    if (requests.length === 1 && !hasPenalty(requests)) {
+      // The usual call: one bucket, one integer back.
+      const { key, capacity, refillPerSecond, cost } = requests[0];
+      const header = 8 + MODE_CODE[mode];
+      const call =
+        now === undefined
+          ? this.evaluate([1, key, header, capacity, refillPerSecond, cost])
+          : this.evaluate([1, key, header, capacity, refillPerSecond, cost, now]);
+      return call.then(decodeOne);
     }
-    args.push(now === undefined ? '' : now, mode);
-    for (const request of requests) args.push(request.capacity, request.refillPerSecond, request.cost);
-    return this.evaluate(args).then((reply) => parseReply(reply, requests.length, false));
+    const keys: string[] = [];
+    const argv: (string | number)[] = [];
+    appendDecision(keys, argv, requests, mode);
+    if (now !== undefined) argv.push(now);
+    return this.evaluate([keys.length, ...keys, ...argv]).then((reply) => {
+      const result = decodeMany(reply, [requests])[0];
+      if (result instanceof Error) throw result;
+      return result;
+    });
+  }
+
+  /** Decisions that waited for the end of the turn: one call; each settles with its own result. */
+  private sendQueued(queued: readonly Queued[]): void {
+    if (queued.length === 1) {
+      const [{ requests, mode, resolve, reject }] = queued;
+      this.send(requests, mode, undefined).then(resolve, reject);
+      return;
+    }
+    const fail = (error: unknown) => queued.forEach((decision) => decision.reject(error));
+    if (this.diagnostics !== undefined && this.client.status !== 'ready') {
+      fail(this.diagnostics.notConnected());
+      return;
+    }
+    const keys: string[] = [];
+    const argv: (string | number)[] = [];
+    for (const decision of queued) appendDecision(keys, argv, decision.requests, decision.mode);
+    this.evaluate([keys.length, ...keys, ...argv]).then((reply) => {
+      let results: (Result | Error)[];
+      try {
+        results = decodeMany(reply, queued.map((decision) => decision.requests));
+      } catch (error) {
+        fail(error);
+        return;
+      }
+      queued.forEach((decision, i) => {
+        const result = results[i];
+        if (result instanceof Error) decision.reject(result);
+        else decision.resolve(result);
+      });
+    }, fail);
   }
 
   /**
@@ -213,31 +291,100 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   }
 }
 
+/** At most this many decisions share one script call (a script holds Redis while it runs). */
+export const MAX_DECISIONS_PER_CALL = 64;
+
+const MODE_CODE: Record<TokenBucketMode, number> = { take: 0, peek: 1, refund: 2 };
+
+/** A decision waiting for the end of the event-loop turn. */
+interface Queued {
+  requests: readonly BucketRequest[];
+  mode: TokenBucketMode;
+  resolve: (result: Result) => void;
+  reject: (error: unknown) => void;
+}
+
+/** Adds one decision's header, keys and numbers to a call (see the script's header comment). */
+function appendDecision(keys: string[], argv: (string | number)[], requests: readonly BucketRequest[], mode: TokenBucketMode): void {
+  const penalty = hasPenalty(requests);
+  argv.push(requests.length * 8 + (penalty ? 4 : 0) + MODE_CODE[mode]);
+  for (const request of requests) {
+    keys.push(request.key);
+    argv.push(request.capacity, request.refillPerSecond, request.cost);
+    // Anything but absent or 0 goes to the script, which refuses a blockSeconds out of bounds.
+    if (penalty) argv.push(request.blockSeconds ?? 0);
+  }
+}
+
 function hasPenalty(requests: readonly BucketRequest[]): boolean {
   // Anything but absent or 0 goes to the script, which refuses a blockSeconds out of bounds.
   for (const request of requests) if (request.blockSeconds !== undefined && request.blockSeconds !== 0) return true;
   return false;
 }
 
-function parseReply(reply: unknown, buckets: number, penalties: boolean): Result {
-  const length = penalties ? 2 * buckets + 1 : buckets + 1;
-  if (!Array.isArray(reply) || reply.length !== length) {
-    throw new TypeError(`token-bucket script: expected ${length} values, got ${JSON.stringify(reply)}`);
-  }
-  const tokens = new Array<number>(buckets);
-  for (let i = 0; i < buckets; i++) {
-    const value = Number(reply[i + 1]);
-    if (!Number.isFinite(value)) {
-      throw new TypeError(`token-bucket script: tokens must be numeric, got ${JSON.stringify(reply[i + 1])}`);
+/** The tokens a code from the script carries (see its header comment): exact arithmetic on doubles. */
+export function decodeTokens(code: number): number {
+  const v = (code % 2 !== 0 ? code - 1 : code) / 2;
+  const biased = ((v % 128) + 128) % 128;
+  return ((v - biased) / 128) * 2 ** (biased - 64 - 45);
+}
+
+/**
+ * The tokens a bucket reports from Redis when it holds `tokens`: rounded down to 45 significant bits
+ * (and to a multiple of 2^-105 below 2^-61), as the script's code carries them. Written here
+ * independently of the Lua, for tests and for anyone who compares the two stores.
+ */
+export function reportedTokens(tokens: number): number {
+  if (tokens === 0 || !Number.isFinite(tokens)) return tokens;
+  let e = Math.floor(Math.log2(Math.abs(tokens))) + 1;
+  if (2 ** (e - 1) > Math.abs(tokens)) e -= 1;
+  else if (2 ** e <= Math.abs(tokens)) e += 1;
+  if (e < -60) e = -60;
+  return Math.floor(tokens * 2 ** (45 - e)) * 2 ** (e - 45);
+}
+
+function badCode(value: unknown): TypeError {
+  return new TypeError(`token-bucket script: expected an integer code, got ${JSON.stringify(value)}`);
+}
+
+function decodeOne(reply: unknown): Result {
+  if (typeof reply !== 'number' || !Number.isSafeInteger(reply)) throw badCode(reply);
+  return { allowed: reply % 2 !== 0, tokens: [decodeTokens(reply)] };
+}
+
+/** The array reply of a call with several buckets or decisions: one result, or the script's refusal, per decision. */
+function decodeMany(reply: unknown, decisions: readonly (readonly BucketRequest[])[]): (Result | Error)[] {
+  if (!Array.isArray(reply)) throw new TypeError(`token-bucket script: expected an array, got ${JSON.stringify(reply)}`);
+  const results: (Result | Error)[] = [];
+  let at = 0;
+  for (const requests of decisions) {
+    const first = reply[at];
+    if (typeof first === 'string') {
+      results.push(new Error(first));
+      at += 1;
+      continue;
     }
-    tokens[i] = value;
+    const n = requests.length;
+    const tokens = new Array<number>(n);
+    for (let i = 0; i < n; i++) {
+      const code: unknown = reply[at + i];
+      if (typeof code !== 'number' || !Number.isSafeInteger(code)) throw badCode(code);
+      tokens[i] = decodeTokens(code);
+    }
+    const allowed = (first as number) % 2 !== 0;
+    at += n;
+    if (!hasPenalty(requests)) {
+      results.push({ allowed, tokens });
+      continue;
+    }
+    const penaltyMs = new Array<number>(n);
+    for (let i = 0; i < n; i++) {
+      const value = Number(reply[at + i]);
+      penaltyMs[i] = Number.isFinite(value) && value > 0 ? value : 0;
+    }
+    at += n;
+    results.push({ allowed, tokens, penaltyMs });
   }
-  const allowed = Number(reply[0]) === 1;
-  if (!penalties) return { allowed, tokens };
-  const penaltyMs = new Array<number>(buckets);
-  for (let i = 0; i < buckets; i++) {
-    const value = Number(reply[buckets + 1 + i]);
-    penaltyMs[i] = Number.isFinite(value) && value > 0 ? value : 0;
-  }
-  return { allowed, tokens, penaltyMs };
+  if (at !== reply.length) throw new TypeError(`token-bucket script: expected ${at} values, got ${reply.length}`);
+  return results;
 }

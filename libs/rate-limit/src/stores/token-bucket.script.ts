@@ -3,121 +3,205 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket
 
 /**
  * The token bucket in Lua: reads, refills, drains and writes every bucket of a decision in one atomic
- * script. Kept in a TypeScript module so that builds carry it without copying assets.
+ * script, and can carry several independent decisions in one call (coalescing: each is decided on its
+ * own, in order, as if it had been sent alone). Kept in a TypeScript module so that builds carry it
+ * without copying assets.
  *
- * KEYS[i]          bucket hash { tokens, ts, b? } of policy i; a key may appear once (callers merge repeats)
- * ARGV[1]          now in ms, or '' to use Redis TIME (the only clock: app instances may be skewed)
- * ARGV[2]          'take' (drain all or none), 'peek' (write nothing) or 'refund' (give cost back);
- *                  with a '+b' suffix ('take+b', ...) when a bucket of the call has a penalty
- * ARGV[3i .. 3i+2] capacity, refill per second and cost of bucket i (3 per bucket, no '+b'), or
- * ARGV[4i-1 .. 4i+2] capacity, refill per second, cost and blockSeconds of bucket i ('+b' modes)
- * Reply            { allowed (1 or 0), tokens of bucket 1, ..., tokens of bucket n }
- *                  tokens after the decision, as '%.17g' strings: Redis would truncate a Lua number;
- *                  '+b' modes append, per bucket, the ms its penalty still runs after now (0: none)
+ * KEYS             the buckets of every decision, decision after decision; a key may appear once per
+ *                  decision (callers merge repeats), any number of times across decisions
+ * ARGV             per decision:
+ *   header         n * 8 + (4 when a bucket of it has a penalty) + mode (0 take: drain all or none,
+ *                  1 peek: write nothing, 2 refund: give the cost back), n = its number of buckets
+ *   per bucket     capacity, refill per second, cost (and blockSeconds after a header with the 4 bit)
+ *                  and last, optionally, now in ms (tests); without it Redis TIME is the clock (the only
+ *                  clock: app instances may be skewed)
  *
- * Penalties ('take+b'): a bucket with blockSeconds b > 0 that lacks its cost in a refused take, and is
- * not penalised already (no field `b` > now), gets tokens min(t, cost - b*R) and `b` = now + b*1000
+ * Reply            a call of one decision over one bucket without a penalty (the usual case): one
+ *                  integer, the bucket's code. Otherwise an array, decision after decision: the code of
+ *                  each bucket, then with a penalty the whole ms it still runs after now, per bucket
+ *                  (0: none); a decision whose arguments are refused is one error string instead.
+ * Code             ((m * 128) + e + 64) * 2 + allowed: the bucket's tokens after the decision as a float
+ *                  with a 45-bit signed mantissa m = floor(tokens * 2^(45 - e)) and the binary exponent
+ *                  e of the tokens (frexp; at least -60, so tokens below 2^-61 come out as 0 or a
+ *                  fraction of 2^-61), and allowed 1 or 0 (the verdict of the whole decision). An
+ *                  integer below 2^53 in magnitude; the tokens it carries are never more than the
+ *                  bucket's, and less by under 2^-44 of them (`decodeTokens` in the store).
+ *
+ * The usual call takes a fast path of its own, before anything else is set up: the same arithmetic as
+ * `load` and `settle` below for one bucket without a penalty (Redis CPU per decision is what the
+ * library's capacity comes down to). The model test runs random sequences through both paths.
+ *
+ * Numbers are written as Lua numbers: Redis turns a number argument of redis.call into a string that
+ * reads back as the same double (test/token-bucket/script-numbers checks it), so no string.format.
+ *
+ * Penalties: a bucket with blockSeconds b > 0 that lacks its cost in a refused take, and is not
+ * penalised already (no field `b` > now), gets tokens min(t, cost - b*R) and `b` = now + b*1000
  * (when its penalty ends): refilling, it has its cost again exactly b seconds after the refusal. A
  * refusal during a penalty writes nothing (a penalty is never extended). Its TTL is the longer of the
  * idle TTL and the time it takes to fill from its (negative) tokens. Tokens from -(b*R) to 0 are legal
- * state then; 'peek+b' and 'refund+b' only need b for that.
+ * state then; peek and refund only need b for that.
  *
- * Every argument is checked, and every value to be written computed, before the first write: a
- * refused argument is an error reply with nothing written, never a bucket drained without its TTL.
- * The bounds are `MAX_CAPACITY` and `MAX_WINDOW_SECONDS` of bucket/token-bucket.ts, so the PEXPIRE
- * argument is an integer of at most 2e15 ms, printed with '%d' (Redis would print a Lua number above
- * 1e17 as '1e+17', which PEXPIRE refuses).
+ * Every argument of a decision is checked, and every value to be written computed, before its first
+ * write: a refused argument writes nothing for that decision (an error reply when it is alone). The
+ * bounds are `MAX_CAPACITY` and `MAX_WINDOW_SECONDS` of bucket/token-bucket.ts, so the PEXPIRE argument
+ * is an integer of at most 2e15 ms, printed with '%d' (a Lua number that large may be printed with an
+ * exponent, which PEXPIRE refuses). A call whose headers do not match its keys and arguments is
+ * refused whole before anything is written.
  *
  * State it cannot trust is repaired, as `repair()` in bucket/token-bucket.ts does: non-finite tokens or
  * ts (nan, inf, garbage) count as a missing key (a full bucket), tokens below -(b*R) (b: blockSeconds of
- * the call, 0 without a penalty) as 0, a ts more than
- * `FUTURE_TOLERANCE_MS` ahead of now as now. A repaired bucket is written back even when the decision
- * is a refusal (not by 'peek'), and a refused bucket that has no TTL gets one: no key lives forever.
+ * the call, 0 without a penalty) as 0, a ts more than `FUTURE_TOLERANCE_MS` ahead of now as now. A
+ * repaired bucket is written back even when the decision is a refusal (not by peek), and a refused
+ * bucket that has no TTL gets one: no key lives forever.
  */
 export const TOKEN_BUCKET_LUA = `
 local MAX_CAPACITY = ${MAX_CAPACITY}
 local MAX_WINDOW_SECONDS = ${MAX_WINDOW_SECONDS}
 local FUTURE_TOLERANCE_MS = ${FUTURE_TOLERANCE_MS}
-local function finite(x)
-  return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge
+local HUGE = math.huge
+local floor, ceil, frexp, ldexp, format = math.floor, math.ceil, math.frexp, math.ldexp, string.format
+local call = redis.call
+
+local nargs = #ARGV
+local now
+
+-- The usual call: one take, peek or refund of one bucket without a penalty; one integer back.
+if #KEYS == 1 and (nargs == 4 or nargs == 5) then
+  if nargs == 5 then now = tonumber(ARGV[5]) end
+  if not now then
+    local t = call('TIME')
+    now = t[1] * 1000 + floor(t[2] / 1000)
+  end
+  local h, cap, rate, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+  if (h == 8 or h == 9 or h == 10) and cap and cap % 1 == 0 and cap >= 1 and cap <= MAX_CAPACITY
+    and rate and rate > 0 and rate ~= HUGE and cap / rate <= MAX_WINDOW_SECONDS
+    and cost and cost % 1 == 0 and cost >= 0 and cost ~= HUGE and now == now and now ~= HUGE and now ~= -HUGE then
+    local key = KEYS[1]
+    local state = call('HMGET', key, 'tokens', 'ts')
+    local t, ts = tonumber(state[1]), tonumber(state[2])
+    local exists = state[1] ~= false or state[2] ~= false
+    local repaired = false
+    if not t or not ts or t ~= t or ts ~= ts or t == HUGE or t == -HUGE or ts == HUGE or ts == -HUGE then
+      repaired = exists
+      t, ts = cap, now
+    else
+      if t < 0 then
+        t = 0
+        repaired = true
+      end
+      if ts > now + FUTURE_TOLERANCE_MS then
+        ts = now
+        repaired = true
+      end
+      if now > ts then
+        t = t + (now - ts) * rate / 1000
+        ts = now
+      end
+    end
+    if t > cap then t = cap end
+    local allowed = h == 10 or t >= cost
+    if h ~= 9 then
+      if allowed then
+        if h == 10 then
+          t = t + cost
+          if t > cap then t = cap end
+        else
+          t = t - cost
+        end
+      end
+      if allowed or repaired then
+        call('HSET', key, 'tokens', t, 'ts', ts)
+        call('PEXPIRE', key, format('%d', ceil(2 * cap / rate * 1000)))
+      elseif exists and call('PTTL', key) == -1 then
+        call('PEXPIRE', key, format('%d', ceil(2 * cap / rate * 1000)))
+      end
+    end
+    local _, e = frexp(t)
+    if e < -60 then e = -60 end
+    local c = (floor(ldexp(t, 45 - e)) * 128 + e + 64) * 2
+    if allowed then return c + 1 end
+    return c
+  end
+  -- Anything else (a refused argument among them) takes the general path, which says what is wrong.
 end
-local function integer(x)
-  return finite(x) and x == math.floor(x)
+
+-- The structure first: headers that match the keys and arguments, or nothing is written. A header
+-- is never the last argument (its buckets follow it), so a last argument left over is now.
+local at, keys, decisions = 1, 0, 0
+while at < nargs do
+  local h = tonumber(ARGV[at])
+  if not h or h ~= floor(h) or h < 8 or h % 4 == 3 then
+    return redis.error_reply('token-bucket: argument ' .. at .. ' must be a decision header')
+  end
+  local n = floor(h / 8)
+  if h % 8 >= 4 then at = at + 1 + 4 * n else at = at + 1 + 3 * n end
+  keys = keys + n
+  decisions = decisions + 1
 end
-local now = tonumber(ARGV[1])
+if at < nargs or at > nargs + 1 or keys ~= #KEYS or decisions == 0 then
+  return redis.error_reply('token-bucket: the decision headers do not match the keys and arguments')
+end
+if at == nargs then now = tonumber(ARGV[nargs]) else now = nil end
 if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local t = call('TIME')
+  now = t[1] * 1000 + floor(t[2] / 1000)
 end
-if not finite(now) then return redis.error_reply('token-bucket: now must be a finite number of ms') end
-local mode = ARGV[2]
-local stride = 3
-if mode == 'take+b' or mode == 'peek+b' or mode == 'refund+b' then
-  stride = 4
-  mode = string.sub(mode, 1, -3)
-elseif mode ~= 'take' and mode ~= 'peek' and mode ~= 'refund' then
-  return redis.error_reply('token-bucket: mode must be take, peek or refund, with +b for penalties')
+if not (now == now and now ~= HUGE and now ~= -HUGE) then
+  return redis.error_reply('token-bucket: now must be a finite number of ms')
 end
-local n = #KEYS
-if #ARGV ~= 2 + stride * n then
-  return redis.error_reply('token-bucket: expected ' .. stride .. ' arguments per key')
+
+local function refused(i, k, message)
+  return 'token-bucket: bucket ' .. i .. ' (' .. KEYS[k] .. '): ' .. message
 end
-local caps, rates, costs, blocks, ttls, seen = {}, {}, {}, {}, {}, {}
-for i = 1, n do
-  local at = stride * (i - 1) + 3
-  local cap = tonumber(ARGV[at])
-  local rate = tonumber(ARGV[at + 1])
-  local cost = tonumber(ARGV[at + 2])
-  local where = 'token-bucket: bucket ' .. i .. ' (' .. KEYS[i] .. '): '
-  if seen[KEYS[i]] then return redis.error_reply(where .. 'the same key twice in one call') end
-  seen[KEYS[i]] = true
-  if not integer(cap) or cap < 1 or cap > MAX_CAPACITY then
-    return redis.error_reply(where .. 'capacity must be an integer from 1 to ' .. MAX_CAPACITY)
+
+-- The numbers of bucket i (key k, arguments from a), or nil and why they are refused.
+local function numbers(i, k, a, penalty)
+  local cap, rate, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  if not cap or cap ~= floor(cap) or cap < 1 or cap > MAX_CAPACITY then
+    return nil, refused(i, k, 'capacity must be an integer from 1 to ' .. MAX_CAPACITY)
   end
-  if not finite(rate) or rate <= 0 or not (cap / rate <= MAX_WINDOW_SECONDS) then
-    return redis.error_reply(where .. 'refill must be > 0 with capacity / refill at most ' .. MAX_WINDOW_SECONDS .. ' s')
+  if not rate or not (rate > 0) or rate == HUGE or not (cap / rate <= MAX_WINDOW_SECONDS) then
+    return nil, refused(i, k, 'refill must be > 0 with capacity / refill at most ' .. MAX_WINDOW_SECONDS .. ' s')
   end
-  if not integer(cost) or cost < 0 then
-    return redis.error_reply(where .. 'cost must be an integer >= 0')
+  if not cost or cost ~= floor(cost) or cost < 0 or cost == HUGE then
+    return nil, refused(i, k, 'cost must be an integer >= 0')
   end
   local block = 0
-  if stride == 4 then
-    block = tonumber(ARGV[at + 3])
-    if not finite(block) or block < 0 or block > MAX_WINDOW_SECONDS or not (block * rate <= MAX_CAPACITY) then
-      return redis.error_reply(where .. 'blockSeconds must be from 0 to ' .. MAX_WINDOW_SECONDS .. ' with blockSeconds * refill at most ' .. MAX_CAPACITY)
+  if penalty then
+    block = tonumber(ARGV[a + 3])
+    if not block or not (block >= 0) or block > MAX_WINDOW_SECONDS or not (block * rate <= MAX_CAPACITY) then
+      return nil, refused(i, k, 'blockSeconds must be from 0 to ' .. MAX_WINDOW_SECONDS .. ' with blockSeconds * refill at most ' .. MAX_CAPACITY)
     end
   end
-  caps[i], rates[i], costs[i], blocks[i] = cap, rate, cost, block
-  ttls[i] = math.ceil(2 * cap / rate * 1000)
+  return cap, rate, cost, block
 end
-local tokens, stamps, exists, repaired, ends = {}, {}, {}, {}, {}
-local allowed = 1
-for i = 1, n do
-  local cap, rate = caps[i], rates[i]
-  local state
-  if stride == 4 then
-    state = redis.call('HMGET', KEYS[i], 'tokens', 'ts', 'b')
+
+-- A bucket as it stands now: tokens (refilled, capped), stamp, whether the key exists, whether its
+-- state was repaired, and when its penalty ends (false: none runs).
+local function load(key, cap, rate, block, penalty)
+  local state, ends
+  if penalty then
+    state = call('HMGET', key, 'tokens', 'ts', 'b')
     local e = tonumber(state[3])
-    if finite(e) and e > now then ends[i] = e else ends[i] = false end
+    ends = e ~= nil and e == e and e ~= HUGE and e > now and e
   else
-    state = redis.call('HMGET', KEYS[i], 'tokens', 'ts')
+    state = call('HMGET', key, 'tokens', 'ts')
+    ends = false
   end
-  local t = tonumber(state[1])
-  local ts = tonumber(state[2])
-  exists[i] = state[1] ~= false or state[2] ~= false
-  repaired[i] = false
-  if not finite(t) or not finite(ts) then
-    repaired[i] = exists[i]
-    t = cap
-    ts = now
+  local t, ts = tonumber(state[1]), tonumber(state[2])
+  local exists = state[1] ~= false or state[2] ~= false
+  local repaired = false
+  if not t or not ts or t ~= t or ts ~= ts or t == HUGE or t == -HUGE or ts == HUGE or ts == -HUGE then
+    repaired = exists
+    t, ts = cap, now
   else
-    if t < 0 and t < -(blocks[i] * rate) then
+    if t < 0 and t < -(block * rate) then
       t = 0
-      repaired[i] = true
+      repaired = true
     end
     if ts > now + FUTURE_TOLERANCE_MS then
       ts = now
-      repaired[i] = true
+      repaired = true
     end
     if now > ts then
       t = t + (now - ts) * rate / 1000
@@ -125,49 +209,102 @@ for i = 1, n do
     end
   end
   if t > cap then t = cap end
-  tokens[i], stamps[i] = t, ts
-  if t < costs[i] then allowed = 0 end
+  return t, ts, exists, repaired, ends
 end
-if mode == 'refund' then allowed = 1 end
-local reply = { allowed }
-for i = 1, n do
-  local t = tokens[i]
-  if mode ~= 'peek' then
-    local ttl = ttls[i]
-    local penalise = false
-    if allowed == 1 then
-      if mode == 'refund' then
-        t = t + costs[i]
-        if t > caps[i] then t = caps[i] end
-      else
-        t = t - costs[i]
-      end
-    elseif blocks[i] > 0 and t < costs[i] and not ends[i] then
-      penalise = true
-      local floor = costs[i] - blocks[i] * rates[i]
-      if floor < t then t = floor end
-      ends[i] = now + blocks[i] * 1000
+
+-- Writes what the decision did to one bucket; answers its tokens and penalty end afterwards.
+local function settle(key, mode, allowed, cap, rate, cost, block, t, ts, exists, repaired, ends)
+  if mode == 1 then return t, ends end
+  local penalise = false
+  if allowed then
+    if mode == 2 then
+      t = t + cost
+      if t > cap then t = cap end
+    else
+      t = t - cost
     end
-    if t < 0 then
-      local fill = math.ceil((caps[i] - t) / rates[i] * 1000)
-      if fill > ttl then ttl = fill end
-    end
-    ttl = string.format('%d', ttl)
-    if penalise then
-      redis.call('HSET', KEYS[i], 'tokens', string.format('%.17g', t), 'ts', string.format('%.17g', stamps[i]), 'b', string.format('%.17g', ends[i]))
-      redis.call('PEXPIRE', KEYS[i], ttl)
-    elseif allowed == 1 or repaired[i] then
-      redis.call('HSET', KEYS[i], 'tokens', string.format('%.17g', t), 'ts', string.format('%.17g', stamps[i]))
-      redis.call('PEXPIRE', KEYS[i], ttl)
-    elseif exists[i] and redis.call('PTTL', KEYS[i]) == -1 then
-      redis.call('PEXPIRE', KEYS[i], ttl)
-    end
+  elseif block > 0 and t < cost and not ends then
+    penalise = true
+    local least = cost - block * rate
+    if least < t then t = least end
+    ends = now + block * 1000
   end
-  reply[i + 1] = string.format('%.17g', t)
+  local write = penalise or allowed or repaired
+  if not write and not (exists and call('PTTL', key) == -1) then return t, ends end
+  local ttl = ceil(2 * cap / rate * 1000)
+  if t < 0 then
+    local fill = ceil((cap - t) / rate * 1000)
+    if fill > ttl then ttl = fill end
+  end
+  if penalise then
+    call('HSET', key, 'tokens', t, 'ts', ts, 'b', ends)
+  elseif write then
+    call('HSET', key, 'tokens', t, 'ts', ts)
+  end
+  call('PEXPIRE', key, format('%d', ttl))
+  return t, ends
 end
-if stride == 4 then
+
+local function code(t, allowed)
+  local _, e = frexp(t)
+  if e < -60 then e = -60 end
+  local c = (floor(ldexp(t, 45 - e)) * 128 + e + 64) * 2
+  if allowed then return c + 1 end
+  return c
+end
+
+local function penaltyLeft(ends)
+  if ends then return floor(ends - now) end
+  return 0
+end
+
+local reply = {}
+at = 1
+local k = 1
+for _ = 1, decisions do
+  local h = tonumber(ARGV[at])
+  local n, mode, penalty = floor(h / 8), h % 4, h % 8 >= 4
+  local stride = penalty and 4 or 3
+  local a0, k0 = at + 1, k
+  at = at + 1 + stride * n
+  k = k + n
+  local caps, rates, costs, blocks = {}, {}, {}, {}
+  local problem
+  local seen = n > 1 and {} or nil
   for i = 1, n do
-    if ends[i] then reply[n + 1 + i] = string.format('%.17g', ends[i] - now) else reply[n + 1 + i] = '0' end
+    local key = KEYS[k0 + i - 1]
+    if seen then
+      if seen[key] then
+        problem = refused(i, k0 + i - 1, 'the same key twice in one decision')
+        break
+      end
+      seen[key] = true
+    end
+    local cap, rate, cost, block = numbers(i, k0 + i - 1, a0 + stride * (i - 1), penalty)
+    if not cap then
+      problem = rate
+      break
+    end
+    caps[i], rates[i], costs[i], blocks[i] = cap, rate, cost, block
+  end
+  if problem then
+    if decisions == 1 then return redis.error_reply(problem) end
+    reply[#reply + 1] = problem
+  else
+    local tokens, stamps, exists, repaired, ends = {}, {}, {}, {}, {}
+    local allowed = true
+    for i = 1, n do
+      tokens[i], stamps[i], exists[i], repaired[i], ends[i] = load(KEYS[k0 + i - 1], caps[i], rates[i], blocks[i], penalty)
+      if tokens[i] < costs[i] then allowed = false end
+    end
+    if mode == 2 then allowed = true end
+    for i = 1, n do
+      tokens[i], ends[i] = settle(KEYS[k0 + i - 1], mode, allowed, caps[i], rates[i], costs[i], blocks[i], tokens[i], stamps[i], exists[i], repaired[i], ends[i])
+      reply[#reply + 1] = code(tokens[i], allowed)
+    end
+    if penalty then
+      for i = 1, n do reply[#reply + 1] = penaltyLeft(ends[i]) end
+    end
   end
 end
 return reply
