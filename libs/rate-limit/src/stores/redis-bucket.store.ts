@@ -335,7 +335,8 @@ export function decodeTokens(code: number): number {
  * independently of the Lua, for tests and for anyone who compares the two stores.
  */
 export function reportedTokens(tokens: number): number {
-  if (tokens === 0 || !Number.isFinite(tokens)) return tokens;
+  if (tokens === 0) return 0;
+  if (!Number.isFinite(tokens)) return tokens;
   let e = Math.floor(Math.log2(Math.abs(tokens))) + 1;
   if (2 ** (e - 1) > Math.abs(tokens)) e -= 1;
   else if (2 ** e <= Math.abs(tokens)) e += 1;
