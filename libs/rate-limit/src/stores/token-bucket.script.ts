@@ -258,7 +258,7 @@ local function penaltyLeft(ends)
   return 0
 end
 
-local reply = {}
+local reply, r = {}, 0
 at = 1
 local k = 1
 for _ = 1, decisions do
@@ -268,42 +268,66 @@ for _ = 1, decisions do
   local a0, k0 = at + 1, k
   at = at + 1 + stride * n
   k = k + n
-  local caps, rates, costs, blocks = {}, {}, {}, {}
-  local problem
-  local seen = n > 1 and {} or nil
-  for i = 1, n do
-    local key = KEYS[k0 + i - 1]
-    if seen then
+  if n == 1 then
+    -- One bucket: the same steps as below, in locals (no tables per decision).
+    local key = KEYS[k0]
+    local cap, rate, cost, block = numbers(1, k0, a0, penalty)
+    if not cap then
+      if decisions == 1 then return redis.error_reply(rate) end
+      r = r + 1
+      reply[r] = rate
+    else
+      local t, ts, exists, repaired, ends = load(key, cap, rate, block, penalty)
+      local allowed = mode == 2 or t >= cost
+      t, ends = settle(key, mode, allowed, cap, rate, cost, block, t, ts, exists, repaired, ends)
+      r = r + 1
+      reply[r] = code(t, allowed)
+      if penalty then
+        r = r + 1
+        reply[r] = penaltyLeft(ends)
+      end
+    end
+  else
+    local caps, rates, costs, blocks = {}, {}, {}, {}
+    local problem
+    local seen = {}
+    for i = 1, n do
+      local key = KEYS[k0 + i - 1]
       if seen[key] then
         problem = refused(i, k0 + i - 1, 'the same key twice in one decision')
         break
       end
       seen[key] = true
+      local cap, rate, cost, block = numbers(i, k0 + i - 1, a0 + stride * (i - 1), penalty)
+      if not cap then
+        problem = rate
+        break
+      end
+      caps[i], rates[i], costs[i], blocks[i] = cap, rate, cost, block
     end
-    local cap, rate, cost, block = numbers(i, k0 + i - 1, a0 + stride * (i - 1), penalty)
-    if not cap then
-      problem = rate
-      break
-    end
-    caps[i], rates[i], costs[i], blocks[i] = cap, rate, cost, block
-  end
-  if problem then
-    if decisions == 1 then return redis.error_reply(problem) end
-    reply[#reply + 1] = problem
-  else
-    local tokens, stamps, exists, repaired, ends = {}, {}, {}, {}, {}
-    local allowed = true
-    for i = 1, n do
-      tokens[i], stamps[i], exists[i], repaired[i], ends[i] = load(KEYS[k0 + i - 1], caps[i], rates[i], blocks[i], penalty)
-      if tokens[i] < costs[i] then allowed = false end
-    end
-    if mode == 2 then allowed = true end
-    for i = 1, n do
-      tokens[i], ends[i] = settle(KEYS[k0 + i - 1], mode, allowed, caps[i], rates[i], costs[i], blocks[i], tokens[i], stamps[i], exists[i], repaired[i], ends[i])
-      reply[#reply + 1] = code(tokens[i], allowed)
-    end
-    if penalty then
-      for i = 1, n do reply[#reply + 1] = penaltyLeft(ends[i]) end
+    if problem then
+      if decisions == 1 then return redis.error_reply(problem) end
+      r = r + 1
+      reply[r] = problem
+    else
+      local tokens, stamps, exists, repaired, ends = {}, {}, {}, {}, {}
+      local allowed = true
+      for i = 1, n do
+        tokens[i], stamps[i], exists[i], repaired[i], ends[i] = load(KEYS[k0 + i - 1], caps[i], rates[i], blocks[i], penalty)
+        if tokens[i] < costs[i] then allowed = false end
+      end
+      if mode == 2 then allowed = true end
+      for i = 1, n do
+        tokens[i], ends[i] = settle(KEYS[k0 + i - 1], mode, allowed, caps[i], rates[i], costs[i], blocks[i], tokens[i], stamps[i], exists[i], repaired[i], ends[i])
+        r = r + 1
+        reply[r] = code(tokens[i], allowed)
+      end
+      if penalty then
+        for i = 1, n do
+          r = r + 1
+          reply[r] = penaltyLeft(ends[i])
+        end
+      end
     end
   end
 end
