@@ -161,10 +161,10 @@ describe('decisions of one event-loop turn share one script call', () => {
     const good = key('good');
     const bad = key('bad');
     const outcomes = await Promise.allSettled([
-      store.take([{ key: good, capacity: 5, refillPerSecond: 1, cost: 1 }]),
-      store.take([{ key: good, capacity: 5, refillPerSecond: 1, cost: 1 }]),
+      store.take([{ key: good, capacity: 5, refillPerSecond: 1e-6, cost: 1 }]),
+      store.take([{ key: good, capacity: 5, refillPerSecond: 1e-6, cost: 1 }]),
       store.take([{ key: bad, capacity: 2.5, refillPerSecond: 1, cost: 1 }]),
-      store.take([{ key: good, capacity: 5, refillPerSecond: 1, cost: 1 }]),
+      store.take([{ key: good, capacity: 5, refillPerSecond: 1e-6, cost: 1 }]),
     ]);
     expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'fulfilled', 'rejected', 'fulfilled']);
     expect((outcomes[2] as PromiseRejectedResult).reason.message).toMatch(/token-bucket: bucket 1 .*capacity must be an integer/);
