@@ -21,6 +21,11 @@ declare module 'autocannon' {
     latency: Histogram;
     requests: Histogram;
   }
-  function autocannon(options: Options): Promise<Result>;
+  /** The running job: a promise of the result that also emits one 'response' per answer. */
+  interface Instance extends PromiseLike<Result> {
+    /** `responseTime`: ms with sub-ms resolution (the result's histogram keeps whole ms only). */
+    on(event: 'response', listener: (client: unknown, statusCode: number, bytes: number, responseTime: number) => void): this;
+  }
+  function autocannon(options: Options): Instance;
   export default autocannon;
 }

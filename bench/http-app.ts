@@ -11,23 +11,45 @@ import {
   HttpStatus,
   Injectable,
   Module,
+  type OnModuleInit,
   type Type,
+  UseGuards,
 } from '@nestjs/common';
 import { APP_GUARD, NestFactory } from '@nestjs/core';
 import { Throttle, ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
 import { Redis } from 'ioredis';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { RateLimit, RateLimitModule } from 'nest-redis-rate-limit';
-import { HTTP_VARIANTS, type HttpVariant, LIMITS, REDIS_URL } from './settings.js';
+import { REFERENCE_REMAINING_LUA } from './reference-script.js';
+import { benchRedisUrl, HTTP_VARIANTS, type HttpVariant, LIMITS, type Limits } from './settings.js';
 
 /**
  * One benchmark app: `node dist/bench/http-app.js <variant> <key prefix>`. The same Express app with
  * `GET /allowed` (a limit nobody reaches) and `GET /denied` (a limit everyone exceeds), behind one
- * limiter, each configured the way its documentation shows. Prints `{"port":n}` once it listens.
+ * limiter, each configured the way its documentation shows, or behind one of the two floors.
+ * Prints `{"port":n}` once it listens.
  */
 
 const BODY = { hello: 'world' };
 const { allowed, denied } = LIMITS;
+const REDIS_URL = benchRedisUrl();
+
+/** A 429 built without a stack trace (as ours builds its refusals): what is left is Nest's own cost. */
+function tooManyRequests(): HttpException {
+  const depth = Error.stackTraceLimit;
+  Error.stackTraceLimit = 0;
+  try {
+    return new HttpException('Too Many Requests', HttpStatus.TOO_MANY_REQUESTS);
+  } finally {
+    Error.stackTraceLimit = depth;
+  }
+}
+
+/** The limits of a route, for the guards written here (rate-limiter-flexible's and the minimal guard). */
+const BENCH_LIMITS = 'BENCH:LIMITS';
+const Limited = (limits: Limits) => (_t: object, _k: string | symbol, d: PropertyDescriptor) => {
+  Reflect.defineMetadata(BENCH_LIMITS, limits, d.value as object);
+};
 
 @Controller()
 class NoLimiterController {
@@ -72,11 +94,6 @@ class ThrottlerController {
 }
 
 /** rate-limiter-flexible ships no Nest guard: this is the short one its users write, one limiter per route. */
-const RLF_POINTS = 'BENCH:RLF_POINTS';
-const RlfLimit = (points: number, windowMs: number) => (_t: object, _k: string | symbol, d: PropertyDescriptor) => {
-  Reflect.defineMetadata(RLF_POINTS, { points, duration: windowMs / 1000 }, d.value as object);
-};
-
 function rlfGuard(prefix: string): Type<CanActivate> {
   const client = new Redis(REDIS_URL);
   const limiters = new Map<Function, RateLimiterRedis | null>();
@@ -86,9 +103,14 @@ function rlfGuard(prefix: string): Type<CanActivate> {
       const handler = context.getHandler();
       let limiter = limiters.get(handler);
       if (limiter === undefined) {
-        const options: { points: number; duration: number } | undefined = Reflect.getMetadata(RLF_POINTS, handler);
-        limiter = options
-          ? new RateLimiterRedis({ storeClient: client, keyPrefix: `${prefix}${handler.name}`, ...options })
+        const limits: Limits | undefined = Reflect.getMetadata(BENCH_LIMITS, handler);
+        limiter = limits
+          ? new RateLimiterRedis({
+              storeClient: client,
+              keyPrefix: `${prefix}${handler.name}`,
+              points: limits.limit,
+              duration: limits.windowMs / 1000,
+            })
           : null;
         limiters.set(handler, limiter);
       }
@@ -104,6 +126,7 @@ function rlfGuard(prefix: string): Type<CanActivate> {
         if (!(rejection instanceof RateLimiterRes)) throw rejection;
         setHeaders(response, limiter.points, rejection);
         response.setHeader('Retry-After', String(Math.ceil(rejection.msBeforeNext / 1000)));
+        // As its users write it (a stack trace included): the floors below are the ones built without.
         throw new HttpException('Too Many Requests', HttpStatus.TOO_MANY_REQUESTS);
       }
     }
@@ -117,16 +140,105 @@ function setHeaders(response: { setHeader(name: string, value: string): void }, 
   response.setHeader('X-RateLimit-Reset', String(Math.ceil(result.msBeforeNext / 1000)));
 }
 
+/** rate-limiter-flexible's guard and the minimal guard read the same per-route limits. */
 @Controller()
-class RateLimiterFlexibleController {
+class LimitedController {
   @Get('allowed')
-  @RlfLimit(allowed.limit, allowed.windowMs)
+  @Limited(allowed)
   allowed() {
     return BODY;
   }
 
   @Get('denied')
-  @RlfLimit(denied.limit, denied.windowMs)
+  @Limited(denied)
+  denied() {
+    return BODY;
+  }
+}
+
+/** What the minimal guard knows of a route, computed once. */
+interface MinimalRoute {
+  keyPrefix: string;
+  capacity: number;
+  refillPerSecond: number;
+  limit: string;
+  policy: string;
+}
+
+/**
+ * The allowed-path floor: the least a correct token-bucket guard does. One EVALSHA of the reference
+ * script (its reply: tokens left, or minus the ms until the next token), and the headers ours writes
+ * by default (legacyHeaders: X-RateLimit-*, standardHeaders 'draft-6': RateLimit-Limit / -Remaining /
+ * -Reset / -Policy, and Retry-After on a refusal) with the same values, keyed by IP like ours.
+ */
+function minimalGuard(prefix: string): Type<CanActivate> {
+  const client = new Redis(REDIS_URL);
+  const routes = new Map<Function, MinimalRoute | null>();
+  let sha = '';
+  @Injectable()
+  class MinimalGuard implements CanActivate, OnModuleInit {
+    async onModuleInit(): Promise<void> {
+      sha = (await client.script('LOAD', REFERENCE_REMAINING_LUA)) as string;
+    }
+
+    async canActivate(context: ExecutionContext): Promise<boolean> {
+      const handler = context.getHandler();
+      let route = routes.get(handler);
+      if (route === undefined) {
+        const limits: Limits | undefined = Reflect.getMetadata(BENCH_LIMITS, handler);
+        route = limits
+          ? {
+              keyPrefix: `${prefix}${handler.name}:`,
+              capacity: limits.capacity,
+              refillPerSecond: limits.refillPerSecond,
+              limit: String(limits.capacity),
+              policy: `${limits.capacity};w=${Math.ceil(limits.capacity / limits.refillPerSecond)}`,
+            }
+          : null;
+        routes.set(handler, route);
+      }
+      if (route === null) return true;
+      const http = context.switchToHttp();
+      const request = http.getRequest();
+      const response = http.getResponse();
+      const reply = (await client.evalsha(sha, 1, `${route.keyPrefix}{${request.ip}}`, route.capacity, route.refillPerSecond)) as number;
+      const allowedNow = reply >= 0;
+      // Denied: the bucket holds 1 - wait·R tokens, wait = -reply ms.
+      const tokens = allowedNow ? reply : 1 + (reply * route.refillPerSecond) / 1000;
+      const remaining = String(allowedNow ? reply : 0);
+      const reset = String(Math.max(0, Math.ceil((route.capacity - tokens) / route.refillPerSecond)));
+      response.setHeader('X-RateLimit-Limit', route.limit);
+      response.setHeader('X-RateLimit-Remaining', remaining);
+      response.setHeader('X-RateLimit-Reset', reset);
+      response.setHeader('RateLimit-Limit', route.limit);
+      response.setHeader('RateLimit-Remaining', remaining);
+      response.setHeader('RateLimit-Reset', reset);
+      response.setHeader('RateLimit-Policy', route.policy);
+      if (allowedNow) return true;
+      response.setHeader('Retry-After', String(Math.ceil(-reply / 1000)));
+      throw tooManyRequests();
+    }
+  }
+  return MinimalGuard;
+}
+
+/** The denied-path floor: refuses every request of the route it guards, touching nothing else. */
+@Injectable()
+class ThrowOnlyGuard implements CanActivate {
+  canActivate(): boolean {
+    throw tooManyRequests();
+  }
+}
+
+@Controller()
+class ThrowOnlyController {
+  @Get('allowed')
+  allowed() {
+    return BODY;
+  }
+
+  @Get('denied')
+  @UseGuards(ThrowOnlyGuard)
   denied() {
     return BODY;
   }
@@ -163,9 +275,17 @@ function appModule(variant: HttpVariant, prefix: string): DynamicModule {
     case 'rate-limiter-flexible':
       return {
         module: BenchAppModule,
-        controllers: [RateLimiterFlexibleController],
+        controllers: [LimitedController],
         providers: [{ provide: APP_GUARD, useClass: rlfGuard(prefix) }],
       };
+    case 'minimal-guard':
+      return {
+        module: BenchAppModule,
+        controllers: [LimitedController],
+        providers: [{ provide: APP_GUARD, useClass: minimalGuard(prefix) }],
+      };
+    case 'throw-only':
+      return { module: BenchAppModule, controllers: [ThrowOnlyController] };
   }
 }
 

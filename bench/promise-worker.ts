@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { openLimiter } from './limiters.js';
-import { LIMITERS, LIMITS, type LimiterName, PROBE_LENGTH_MS, PROBE_OPEN_MS, REDIS_URL } from './settings.js';
+import { benchRedisUrl, LIMITERS, LIMITS, type LimiterName, PROBE_LENGTH_MS, PROBE_OPEN_MS } from './settings.js';
 
 /**
  * One of the processes that hammer one key: `node promise-worker.js <limiter> <prefix> <key> <index>
@@ -28,7 +28,7 @@ async function sleepUntil(epochMs: number): Promise<void> {
 async function main(): Promise<void> {
   const [name, prefix, key, index, inFlight, seconds] = process.argv.slice(2);
   if (!LIMITERS.includes(name as LimiterName) || !process.send) throw new Error('promise-worker.js is started by run.js');
-  const limiter = await openLimiter(name as LimiterName, REDIS_URL, prefix, LIMITS.promise);
+  const limiter = await openLimiter(name as LimiterName, benchRedisUrl(), prefix, LIMITS.promise);
 
   const hammer = async (target: string, until: number, tally: { allowed: number[]; denied: number; errors: number }) => {
     const lane = async () => {

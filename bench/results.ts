@@ -1,8 +1,9 @@
-import type { HttpPath, HttpVariant, LimiterName } from './settings.js';
+import type { HttpPath, HttpVariant, LimiterName, PromiseLimiter } from './settings.js';
+import type { Spread, Verdict } from './stats.js';
 
 /** The shape of `bench/results/<date>.json`; chart.ts and report.ts render only from this. */
 export interface BenchResults {
-  schema: 1;
+  schema: 2;
   date: string;
   startedAt: string;
   durationSeconds: number;
@@ -13,6 +14,8 @@ export interface BenchResults {
     os: string;
     node: string;
     redis: string;
+    /** 'own': a redis-server the run started for itself; 'external': BENCH_REDIS_URL. */
+    redisServer: 'own' | 'external';
     loadAverageAtStart: number[];
     loadAverageAtEnd: number[];
     note: string;
@@ -20,8 +23,8 @@ export interface BenchResults {
   settings: Record<string, number>;
   limits: Record<string, Record<string, number>>;
   /** What each limiter keeps in Redis and how it decides. */
-  algorithms: Record<LimiterName, string>;
-  method: Record<'http' | 'decisions' | 'memory' | 'promise' | 'denyCache', string>;
+  algorithms: Partial<Record<HttpVariant | LimiterName, string>>;
+  method: Record<string, string>;
   http: {
     runs: HttpRun[];
     summary: Record<HttpPath, Partial<Record<HttpVariant, HttpSummary>>>;
@@ -30,7 +33,7 @@ export interface BenchResults {
     runs: DecisionRun[];
     summary: Partial<Record<LimiterName, DecisionSummary>>;
   };
-  promise: Partial<Record<LimiterName, PromiseResult>>;
+  promise: Partial<Record<PromiseLimiter, PromiseResult>>;
   targets: Target[];
 }
 
@@ -39,6 +42,7 @@ export interface HttpRun {
   path: HttpPath;
   variant: HttpVariant;
   requestsPerSecond: number;
+  /** Latency of every answered request (autocannon's per-response time, µs resolution). */
   p50Ms: number;
   p99Ms: number;
   status2xx: number;
@@ -46,22 +50,28 @@ export interface HttpRun {
   errors: number;
   /** CPU time of the app process per answered request (Linux /proc; NaN elsewhere). */
   appCpuUsPerRequest: number;
-  /** Redis main-thread CPU per answered request (INFO cpu; includes whatever else the server did). */
+  /** Redis main-thread CPU per answered request (INFO cpu). */
   redisCpuUsPerRequest: number;
   /** requests/s over the same round's "no limiter" requests/s. */
   ratio: number;
+  /** requests/s over the same round's floor (minimal guard / throw-only guard) requests/s. */
+  ratioToFloor: number;
+  /** p99 minus the same round's "no limiter" p99, ms. */
+  p99AddedMs: number;
 }
 
+/** Every figure: median over rounds and the per-round spread. */
 export interface HttpSummary {
-  requestsPerSecond: number;
-  p50Ms: number;
-  p99Ms: number;
-  /** Median over rounds of the per-round ratio to "no limiter". */
-  ratio: number;
-  /** Share of responses that were 2xx (allowed path: 1; denied path: near 0). */
+  requestsPerSecond: Spread;
+  p50Ms: Spread;
+  p99Ms: Spread;
+  p99AddedMs: Spread;
+  ratio: Spread;
+  ratioToFloor: Spread;
+  /** Share of responses that were 2xx over all rounds (allowed path: 1; denied path: near 0). */
   share2xx: number;
-  appCpuUsPerRequest: number;
-  redisCpuUsPerRequest: number;
+  appCpuUsPerRequest: Spread;
+  redisCpuUsPerRequest: Spread;
 }
 
 export interface DecisionRun {
@@ -69,39 +79,69 @@ export interface DecisionRun {
   limiter: LimiterName;
   decisionsPerSecond: number;
   errors: number;
+  /** Redis main-thread CPU (INFO cpu) per decision, µs. */
   redisCpuUsPerDecision: number;
-  /** decisions/s over the same round's bare EVALSHA decisions/s. */
-  ratioToFloor: number;
+  /** 1e6 / redisCpuUsPerDecision: decisions one fully busy Redis core could make per second. */
+  decisionsPerCpuSecond: number;
+  /** Script command(s) the limiter sent (INFO commandstats), e.g. `evalsha`. */
+  scriptCommand: string;
+  /** usec_per_call of those commands over the measured part. */
+  scriptUsecPerCall: number;
+  /** Script calls per decision (below 1 when one call decides several buckets). */
+  scriptCallsPerDecision: number;
+  /** Script µs per decision (usec_per_call × calls / decisions). */
+  scriptUsecPerDecision: number;
+  /** decisions/s over the same round's reference script decisions/s. */
+  ratioToReference: number;
+  /** One call at a time: latency of a lone decision, µs. */
+  loneP50Us: number;
+  loneP99Us: number;
 }
 
 export interface DecisionSummary {
-  decisionsPerSecond: number;
-  ratioToFloor: number;
-  redisCpuUsPerDecision: number;
+  decisionsPerSecond: Spread;
+  ratioToReference: Spread;
+  redisCpuUsPerDecision: Spread;
+  decisionsPerCpuSecond: Spread;
+  scriptCommand: string;
+  scriptUsecPerCall: Spread;
+  scriptCallsPerDecision: Spread;
+  scriptUsecPerDecision: Spread;
+  loneP50Us: Spread;
+  loneP99Us: Spread;
+  /** MEMORY USAGE per idle bucket (one measurement; deterministic for a given Redis build). */
   bytesPerIdleBucket: number;
   keysPerIdleBucket: number;
 }
 
+/** A count checked against a bound: never more than `bound`. */
+export interface BoundCheck {
+  what: string;
+  measured: number;
+  bound: number;
+  ok: boolean;
+}
+
 export interface PromiseResult {
+  /** What the limiter's documentation promises, in its own terms. */
+  semantics: 'token bucket' | 'fixed window';
   promise: string;
-  saturation: {
-    seconds: number;
-    allowed: number;
-    /** The most the stated promise lets through in that time. */
-    bound: number;
-    maxIn1s: number;
-    /** The most the stated promise lets through in any 1 s. */
-    boundIn1s: number;
-    denied: number;
-    errors: number;
-  };
-  boundary: { allowed: number; maxIn1s: number; maxIn200ms: number; boundIn1s: number; boundIn200ms: number };
-  kept: boolean;
+  saturation: { seconds: number; allowed: number; denied: number; errors: number };
+  /** The promise judged by its own semantics. */
+  own: { checks: BoundCheck[]; kept: boolean };
+  /** What a user who reads "100 per second" gets: the most allowed in any sliding span. */
+  reader: { statedPerSecond: number; saturatedMaxIn1s: number; boundaryMaxIn1s: number; boundaryMaxIn200ms: number };
 }
 
 export interface Target {
+  /** The issue 11 item it comes from. */
+  item: string;
   name: string;
   goal: string;
-  measured: string;
-  met: boolean;
+  /** The figure judged: median (min–max over rounds), in the goal's terms. */
+  figure: Spread;
+  unit: string;
+  /** Other figures behind it (e.g. the peers' medians). */
+  detail: string;
+  verdict: Verdict;
 }

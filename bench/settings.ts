@@ -11,25 +11,37 @@ function numberFromEnv(name: string, fallback: number): number {
   return value;
 }
 
-export const REDIS_URL = process.env.BENCH_REDIS_URL ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+/**
+ * The Redis every process of the run talks to. run.js starts a redis-server of its own (so that INFO
+ * cpu and INFO commandstats count only the bench) and hands its URL to every child process in
+ * BENCH_REDIS_URL; set BENCH_REDIS_URL yourself to use an existing server instead. Read when called:
+ * run.js sets the variable after it has started its server.
+ */
+export function benchRedisUrl(): string {
+  return process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+}
 
 export const SETTINGS = {
   /** HTTP: rounds over which the variants are interleaved. */
   httpRounds: numberFromEnv('BENCH_ROUNDS', 5),
   /** HTTP: seconds of load measured per variant and round. */
-  httpSeconds: numberFromEnv('BENCH_SECONDS', 8),
+  httpSeconds: numberFromEnv('BENCH_SECONDS', 6),
   /** HTTP: seconds of load thrown away before each measurement. */
   httpWarmupSeconds: numberFromEnv('BENCH_WARMUP_SECONDS', 1.5),
   /** HTTP: autocannon connections. */
   connections: numberFromEnv('BENCH_CONNECTIONS', 50),
   /** Decisions/s: rounds over which the limiters are interleaved. */
   decisionRounds: numberFromEnv('BENCH_DECISION_ROUNDS', 5),
-  /** Decisions/s: seconds measured per limiter and round (after a 1 s warm-up). */
+  /** Decisions/s: seconds measured per limiter and round (after a warm-up). */
   decisionSeconds: numberFromEnv('BENCH_DECISION_SECONDS', 3),
+  /** Decisions/s: seconds of warm-up before each measurement. */
+  decisionWarmupSeconds: numberFromEnv('BENCH_DECISION_WARMUP_SECONDS', 1),
   /** Decisions/s: calls in flight. */
   inFlight: numberFromEnv('BENCH_IN_FLIGHT', 64),
   /** Decisions/s: distinct keys the calls cycle through. */
   decisionKeys: numberFromEnv('BENCH_DECISION_KEYS', 10_000),
+  /** Latency: seconds of one call at a time per limiter and round (p50 / p99 of a lone call). */
+  latencySeconds: numberFromEnv('BENCH_LATENCY_SECONDS', 1),
   /** Memory: idle buckets created per limiter for MEMORY USAGE. */
   memoryBuckets: numberFromEnv('BENCH_MEMORY_BUCKETS', 1_000),
   /** Promise: processes hammering one key. */
@@ -53,37 +65,79 @@ export const LIMITS = {
   memory: { capacity: 100, refillPerSecond: 1, limit: 100, windowMs: 60_000 },
 } as const;
 
+/** What a reader of the promise limits takes them to mean: "100 per second". */
+export const STATED_PER_SECOND = 100;
+
 /** Boundary probe: after the request that opens a window, saturation starts this late and lasts this long. */
 export const PROBE_OPEN_MS = 900;
 export const PROBE_LENGTH_MS = 1_000;
 
 export type Limits = (typeof LIMITS)[keyof typeof LIMITS];
 
-/** HTTP variants: the same Nest Express app with one JSON route behind each limiter. */
-export const HTTP_VARIANTS = ['none', 'ours', 'nestjs-throttler', 'rate-limiter-flexible', 'ours-no-deny-cache'] as const;
+/**
+ * HTTP variants: the same Nest Express app with one JSON route behind each limiter.
+ * - `minimal-guard`: the allowed-path floor, one EVALSHA of the reference script and the same headers as ours;
+ * - `throw-only`: the denied-path floor, a guard that throws a 429 and touches no Redis (Nest's own cost of a refusal).
+ */
+export const HTTP_VARIANTS = [
+  'none',
+  'ours',
+  'minimal-guard',
+  'throw-only',
+  'nestjs-throttler',
+  'rate-limiter-flexible',
+  'ours-no-deny-cache',
+] as const;
 export type HttpVariant = (typeof HTTP_VARIANTS)[number];
 /** `ours-no-deny-cache` differs from `ours` only on the denied path. */
 const ALL_HTTP_PATHS = {
-  allowed: ['none', 'ours', 'nestjs-throttler', 'rate-limiter-flexible'],
-  denied: ['none', 'ours', 'nestjs-throttler', 'rate-limiter-flexible', 'ours-no-deny-cache'],
+  allowed: ['none', 'ours', 'minimal-guard', 'nestjs-throttler', 'rate-limiter-flexible'],
+  denied: ['none', 'ours', 'throw-only', 'nestjs-throttler', 'rate-limiter-flexible', 'ours-no-deny-cache'],
 } as const satisfies Record<string, readonly HttpVariant[]>;
 export type HttpPath = keyof typeof ALL_HTTP_PATHS;
-/** BENCH_VARIANTS=none,ours keeps only those variants ("none" is always kept: ratios need it). */
+/** The floor each path's target is measured against. */
+export const HTTP_FLOORS: Record<HttpPath, HttpVariant> = { allowed: 'minimal-guard', denied: 'throw-only' };
+/** The other libraries (peers) ours is compared with. */
+export const HTTP_PEERS = ['nestjs-throttler', 'rate-limiter-flexible'] as const satisfies readonly HttpVariant[];
+/** BENCH_VARIANTS=ours,minimal-guard keeps only those variants ("none" is always kept: ratios need it). */
 const KEEP = process.env.BENCH_VARIANTS ? new Set(['none', ...process.env.BENCH_VARIANTS.split(',')]) : undefined;
 export const HTTP_PATHS: Record<HttpPath, readonly HttpVariant[]> = {
   allowed: ALL_HTTP_PATHS.allowed.filter((v) => !KEEP || KEEP.has(v)),
   denied: ALL_HTTP_PATHS.denied.filter((v) => !KEEP || KEEP.has(v)),
 };
 
-/** Limiters measured without HTTP (decisions/s, Redis cost, the promise). */
-export const LIMITERS = ['ours', 'evalsha', 'rate-limiter-flexible', 'nestjs-throttler'] as const;
+/** Limiters measured without HTTP (decisions/s, Redis cost, latency, memory). */
+export const LIMITERS = ['ours', 'ours-no-coalesce', 'reference', 'rate-limiter-flexible', 'nestjs-throttler'] as const;
 export type LimiterName = (typeof LIMITERS)[number];
+/** The floor of the decisions table: the cheapest correct script through a plain client. */
+export const DECISION_FLOOR: LimiterName = 'reference';
+/** The other libraries (peers) ours is compared with. */
+export const DECISION_PEERS = ['rate-limiter-flexible', 'nestjs-throttler'] as const satisfies readonly LimiterName[];
+/** Limiters whose promise is checked (the reference script is not a library). */
+export const PROMISE_LIMITERS = ['ours', 'rate-limiter-flexible', 'nestjs-throttler'] as const satisfies readonly LimiterName[];
+export type PromiseLimiter = (typeof PROMISE_LIMITERS)[number];
 
 export const LABELS: Record<HttpVariant | LimiterName, string> = {
   none: 'no limiter',
   ours: 'ours (nest-redis-rate-limit)',
   'ours-no-deny-cache': 'ours, denyCache: false',
+  'ours-no-coalesce': 'ours, coalesce: false',
+  'minimal-guard': 'floor: minimal guard (one EVALSHA of the reference script, same headers as ours)',
+  'throw-only': 'floor: a guard that only throws a 429 (no Redis)',
   'nestjs-throttler': '@nestjs/throttler + @nest-lab/throttler-storage-redis',
   'rate-limiter-flexible': 'rate-limiter-flexible RateLimiterRedis',
-  evalsha: 'bare EVALSHA of our script (plain ioredis client)',
+  reference: 'floor: reference token-bucket script (EVALSHA, plain ioredis client)',
+};
+
+/** Short names, for the chart's narrow label column and the console. */
+export const SHORT_LABELS: Record<HttpVariant | LimiterName, string> = {
+  none: 'no limiter',
+  ours: 'ours',
+  'ours-no-deny-cache': 'ours, denyCache: false',
+  'ours-no-coalesce': 'ours, coalesce: false',
+  'minimal-guard': 'floor: minimal guard',
+  'throw-only': 'floor: throw-only guard',
+  'nestjs-throttler': '@nestjs/throttler (redis)',
+  'rate-limiter-flexible': 'rate-limiter-flexible',
+  reference: 'floor: reference script',
 };
