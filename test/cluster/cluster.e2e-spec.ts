@@ -229,3 +229,43 @@ describe('BucketService.consumeAll on a Redis Cluster', () => {
     expect((await buckets.peek(small, FIVE)).remaining).toBe(5 - allowed);
   });
 });
+
+describe('coalescing on a Redis Cluster: one shared call per slot and turn', () => {
+  const prefix = testPrefix('cluster-coalescing');
+  let moduleRef: TestingModule;
+  let client: Cluster;
+  let buckets: BucketService;
+
+  beforeAll(async () => {
+    client = await cluster.client();
+    moduleRef = await Test.createTestingModule({
+      imports: [RateLimitModule.forRoot({ redis: client, keyPrefix: prefix, denyCache: false })],
+    }).compile();
+    await moduleRef.init();
+    buckets = moduleRef.get(BucketService);
+  });
+
+  afterAll(async () => {
+    await moduleRef?.close();
+    await client?.quit();
+  });
+
+  it('decides 15 simultaneous calls on each of 3 names on 3 masters in 2 calls per master, exactly 5 allowed each', async () => {
+    const names: string[] = [];
+    const owners = new Set<number>();
+    for (let i = 0; names.length < 3; i++) {
+      const owner = await ownerOf(serviceKey(prefix, `name-${i}`));
+      if (!owners.has(owner)) {
+        owners.add(owner);
+        names.push(`name-${i}`);
+      }
+    }
+    const FIVE = { capacity: 5, refillPerSecond: 1e-6 };
+    const before = await scriptCallsPerMaster();
+    const decisions = await Promise.all(names.flatMap((name) => Array.from({ length: 15 }, () => buckets.consume(name, FIVE))));
+    const after = await scriptCallsPerMaster();
+    names.forEach((_, n) => expect(decisions.slice(15 * n, 15 * n + 15).filter((d) => d.allowed)).toHaveLength(5));
+    // Per slot: the first decision of the turn alone, the other 14 in one call.
+    expect(after.map((calls, m) => calls - before[m])).toEqual([2, 2, 2]);
+  });
+});
