@@ -213,6 +213,7 @@ local function load(key, cap, rate, block, penalty)
 end
 
 -- Writes what the decision did to one bucket; answers its tokens and penalty end afterwards.
+local nowText, lastTtl, lastTtlText
 local function settle(key, mode, allowed, cap, rate, cost, block, t, ts, exists, repaired, ends)
   if mode == 1 then return t, ends end
   local penalise = false
@@ -236,12 +237,20 @@ local function settle(key, mode, allowed, cap, rate, cost, block, t, ts, exists,
     local fill = ceil((cap - t) / rate * 1000)
     if fill > ttl then ttl = fill end
   end
+  -- Decisions of one call share now, and mostly their policy: each number is printed once per call.
+  if ts == now then
+    if nowText == nil then nowText = now % 1 == 0 and format('%d', now) end
+    if nowText then ts = nowText end
+  end
+  if ttl ~= lastTtl then
+    lastTtl, lastTtlText = ttl, format('%d', ttl)
+  end
   if penalise then
     call('HSET', key, 'tokens', t, 'ts', ts, 'b', ends)
   elseif write then
     call('HSET', key, 'tokens', t, 'ts', ts)
   end
-  call('PEXPIRE', key, format('%d', ttl))
+  call('PEXPIRE', key, lastTtlText)
   return t, ends
 end
 
