@@ -182,3 +182,32 @@ describe('decisions of one event-loop turn share one script call', () => {
     expect(sent).toBe(2);
   });
 });
+
+describe('a lone decision is not held back', () => {
+  let server: RedisServer;
+  let client: Redis;
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    client = new Redis(server.url);
+    await client.ping();
+  });
+
+  afterAll(async () => {
+    client?.disconnect();
+    await server?.stop();
+  });
+
+  it('is written to the connection in the same tick it is asked for; the second of the turn waits for the turn to end', async () => {
+    const store = new RedisBucketStore(client, false);
+    const queue = () => (client as unknown as { commandQueue: { length: number } }).commandQueue.length;
+    const bucket = { key: `${testPrefix('lone')}{k}`, capacity: 5, refillPerSecond: 1, cost: 1 };
+    const first = store.take([bucket]);
+    expect(queue()).toBe(1);
+    const second = store.take([bucket]);
+    expect(queue()).toBe(1);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect((await first).allowed && (await second).allowed).toBe(true);
+    await client.del(bucket.key);
+  });
+});

@@ -221,13 +221,11 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
 
   /** One decision in a call of its own. */
   private send(requests: readonly BucketRequest[], mode: TokenBucketMode, now: number | undefined): Promise<Result> {
-    // Without an offline queue ioredis would refuse the command anyway ("Stream isn't writeable"): say
-    // where and why instead.
-    if (this.diagnostics !== undefined && this.client.status !== 'ready') {
-      return Promise.reject(this.diagnostics.notConnected());
-    }
     if (requests.length === 1 && !hasPenalty(requests)) {
       // The usual call: one bucket, one integer back.
+      if (this.diagnostics !== undefined && this.client.status !== 'ready') {
+        return Promise.reject(this.diagnostics.notConnected());
+      }
       const { key, capacity, refillPerSecond, cost } = requests[0];
       const header = 8 + MODE_CODE[mode];
       const call =
@@ -236,12 +234,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
           : this.evaluate([1, key, header, capacity, refillPerSecond, cost, now]);
       return call.then(decodeOne);
     }
-    const keys: string[] = [];
-    const argv: (string | number)[] = [];
-    appendDecision(keys, argv, requests, mode);
-    if (now !== undefined) argv.push(now);
-    return this.evaluate([keys.length, ...keys, ...argv]).then((reply) => {
-      const result = decodeMany(reply, [requests])[0];
+    return this.decide([{ requests, mode }], now).then(([result]) => {
       if (result instanceof Error) throw result;
       return result;
     });
@@ -254,28 +247,34 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
       this.send(requests, mode, undefined).then(resolve, reject);
       return;
     }
-    const fail = (error: unknown) => queued.forEach((decision) => decision.reject(error));
+    this.decide(queued, undefined).then(
+      (results) =>
+        queued.forEach((decision, i) => {
+          const result = results[i];
+          if (result instanceof Error) decision.reject(result);
+          else decision.resolve(result);
+        }),
+      (error: unknown) => queued.forEach((decision) => decision.reject(error)),
+    );
+  }
+
+  /** One call for `decisions`, in order: per decision its result, or the script's refusal of its numbers. */
+  private decide(decisions: readonly Pick<Queued, 'requests' | 'mode'>[], now: number | undefined): Promise<(Result | Error)[]> {
+    // Without an offline queue ioredis would refuse the command anyway ("Stream isn't writeable"): say
+    // where and why instead.
     if (this.diagnostics !== undefined && this.client.status !== 'ready') {
-      fail(this.diagnostics.notConnected());
-      return;
+      return Promise.reject(this.diagnostics.notConnected());
     }
     const keys: string[] = [];
     const argv: (string | number)[] = [];
-    for (const decision of queued) appendDecision(keys, argv, decision.requests, decision.mode);
-    this.evaluate([keys.length, ...keys, ...argv]).then((reply) => {
-      let results: (Result | Error)[];
-      try {
-        results = decodeMany(reply, queued.map((decision) => decision.requests));
-      } catch (error) {
-        fail(error);
-        return;
-      }
-      queued.forEach((decision, i) => {
-        const result = results[i];
-        if (result instanceof Error) decision.reject(result);
-        else decision.resolve(result);
-      });
-    }, fail);
+    for (const decision of decisions) appendDecision(keys, argv, decision.requests, decision.mode);
+    if (now !== undefined) argv.push(now);
+    return this.evaluate([keys.length, ...keys, ...argv]).then((reply) =>
+      decodeMany(
+        reply,
+        decisions.map((decision) => decision.requests),
+      ),
+    );
   }
 
   /**
