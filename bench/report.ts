@@ -4,7 +4,7 @@ import { pathToFileURL } from 'node:url';
 import type { BenchResults, DecisionSummary, PromiseResult } from './results.js';
 import { HTTP_FLOORS, HTTP_PATHS, LABELS, type LimiterName, type PromiseLimiter } from './settings.js';
 import type { Spread } from './stats.js';
-import { GOALS } from './targets.js';
+import { GOALS, targets } from './targets.js';
 
 /**
  * Renders the results JSON as markdown: targets, tables, machine and method.
@@ -64,9 +64,9 @@ export function renderReport(results: BenchResults, chartFile: string): string {
   lines.push('');
   lines.push(
     'How a verdict is reached: each ratio (or difference) is taken inside each round, between runs made minutes apart at most ' +
-      'and interleaved in rotated order, so slow phases of the shared machine hit both sides. The goal is **met** when the median ' +
-      'is on the right side of the goal by more than the per-round spread (max − min), **missed** when it is on the wrong side by more ' +
-      'than that, and **within noise** otherwise: the rounds cannot tell. For "no added p50" within noise means no measurable addition. ' +
+      'and interleaved in rotated order, so slow phases of the shared machine hit both sides. The goal is **met** when every round ' +
+      'meets it (the whole min–max spread lies on the goal\'s side), **missed** when every round misses it, and **within noise** ' +
+      'when the rounds disagree: then the difference from the goal is not larger than the spread, and the rounds cannot tell. For "no added p50" within noise means no measurable addition. ' +
       'Memory and the promise are one measurement each (byte counts and hard bounds do not vary by round), so there any difference counts. ' +
       '"Peers" are the other libraries (rate-limiter-flexible, @nestjs/throttler); the floors (reference script, minimal guard, throw-only ' +
       'guard) are not peers but the cost of the least a correct limiter must do.',
@@ -222,6 +222,9 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const output = input.replace(/\.json$/, '.md');
   const results = JSON.parse(readFileSync(input, 'utf8')) as BenchResults;
   if (results.schema !== 2) throw new Error(`${input} has results schema ${String(results.schema)}; this renderer reads schema 2`);
+  // The verdicts are derived from the stored per-round runs: judged again with the current rules.
+  results.targets = targets(results);
+  writeFileSync(input, `${JSON.stringify(results, null, 2)}\n`);
   writeFileSync(output, renderReport(results, basename(input).replace(/\.json$/, '.svg')));
-  console.log(`wrote ${output}`);
+  console.log(`wrote ${input} (targets judged again) and ${output}`);
 }

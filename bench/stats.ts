@@ -54,18 +54,18 @@ export function spreadOf(values: readonly number[], digits = 3): Spread {
 export type Verdict = 'met' | 'missed' | 'within noise';
 
 /**
- * Whether `figure` meets a goal `atLeast` / `atMost` `goal`. The difference between the median and the
- * goal counts only when it is larger than the per-round spread (max − min): then the goal is met or
- * missed; otherwise the rounds cannot tell, and the answer is "within noise". A figure measured once
- * (or identical in every round: a byte count, a hard bound) has no spread, so any difference counts.
+ * Whether `figure` meets a goal `atLeast` / `atMost` `goal`, judged by its rounds: **met** when every
+ * round meets it (the whole min–max spread lies on the goal's side), **missed** when every round misses
+ * it, otherwise "within noise" (the rounds disagree, so the difference from the goal is not larger than
+ * the spread). A figure measured once (or identical in every round: a byte count, a hard bound) has no
+ * spread, so its one value decides.
  */
 export function judge(figure: Spread, direction: 'atLeast' | 'atMost', goal: number): Verdict {
   if (!Number.isFinite(figure.median)) return 'missed';
-  const width = figure.max - figure.min;
-  const margin = direction === 'atLeast' ? figure.median - goal : goal - figure.median;
-  if (margin > width) return 'met';
-  if (-margin > width) return 'missed';
-  // No spread and exactly on the goal: the goal allows equality.
-  if (width === 0 && margin === 0) return 'met';
+  const worst = direction === 'atLeast' ? figure.min : figure.max;
+  const best = direction === 'atLeast' ? figure.max : figure.min;
+  const meets = (value: number) => (direction === 'atLeast' ? value >= goal : value <= goal);
+  if (meets(worst)) return 'met';
+  if (!meets(best)) return 'missed';
   return 'within noise';
 }
