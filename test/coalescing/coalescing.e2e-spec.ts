@@ -52,7 +52,9 @@ describe('the script and its numbers on this Redis', () => {
   it('replies tokens to 45 bits, never more than the bucket holds, through the one-bucket path and the array path', async () => {
     const store = new RedisBucketStore(client, false);
     const capacity = 1e12;
-    for (const [i, tokens] of [0, 1, 0.3, 3.4, 999_999_999_999.5, 2 ** -70, ...doubles(200, 11)].entries()) {
+    // Whole tokens (the script's shortcut: mantissa = tokens, exponent 45) up to the 1e12 bound, then fractions.
+    const whole = [0, 1, 2, 99, 2 ** 39 + 1, 123_456_789_012, 1e12 - 1, 1e12];
+    for (const [i, tokens] of [...whole, 0.3, 3.4, 999_999_999_999.5, 2 ** -70, ...doubles(200, 11)].entries()) {
       const key = `${prefix}{code:${i}}`;
       await client.hset(key, 'tokens', String(tokens), 'ts', String(T0));
       const one = await store.take([{ key, capacity, refillPerSecond: 1, cost: 0 }], { now: T0, dryRun: true });

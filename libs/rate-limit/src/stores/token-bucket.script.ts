@@ -25,7 +25,10 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket
  *                  e of the tokens (frexp; at least -60, so tokens below 2^-61 come out as 0 or a
  *                  fraction of 2^-61), and allowed 1 or 0 (the verdict of the whole decision). An
  *                  integer below 2^53 in magnitude; the tokens it carries are never more than the
- *                  bucket's, and less by under 2^-44 of them (`decodeTokens` in the store).
+ *                  bucket's, and less by under 2^-44 of them (`decodeTokens` in the store). Whole
+ *                  tokens (a bucket that refilled to capacity, the common case) skip frexp/ldexp:
+ *                  m = tokens, e = 45, which the same decoding reads back exactly (|tokens| <= 1e12,
+ *                  so m * 256 stays below 2^53).
  *
  * The usual call takes a fast path of its own, before anything else is set up: the same arithmetic as
  * `load` and `settle` below for one bucket without a penalty (Redis CPU per decision is what the
@@ -116,9 +119,14 @@ if #KEYS == 1 and (nargs == 4 or nargs == 5) then
         call('PEXPIRE', key, format('%d', ceil(2 * cap / rate * 1000)))
       end
     end
-    local _, e = frexp(t)
-    if e < -60 then e = -60 end
-    local c = (floor(ldexp(t, 45 - e)) * 128 + e + 64) * 2
+    local c
+    if t % 1 == 0 then
+      c = (t * 128 + 109) * 2
+    else
+      local _, e = frexp(t)
+      if e < -60 then e = -60 end
+      c = (floor(ldexp(t, 45 - e)) * 128 + e + 64) * 2
+    end
     if allowed then return c + 1 end
     return c
   end
@@ -255,9 +263,14 @@ local function settle(key, mode, allowed, cap, rate, cost, block, t, ts, exists,
 end
 
 local function code(t, allowed)
-  local _, e = frexp(t)
-  if e < -60 then e = -60 end
-  local c = (floor(ldexp(t, 45 - e)) * 128 + e + 64) * 2
+  local c
+  if t % 1 == 0 then
+    c = (t * 128 + 109) * 2
+  else
+    local _, e = frexp(t)
+    if e < -60 then e = -60 end
+    c = (floor(ldexp(t, 45 - e)) * 128 + e + 64) * 2
+  end
   if allowed then return c + 1 end
   return c
 end
