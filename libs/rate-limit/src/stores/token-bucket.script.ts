@@ -31,8 +31,10 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket
  *                  so m * 256 stays below 2^53).
  *
  * The usual call takes a fast path of its own, before anything else is set up: the same arithmetic as
- * `load` and `settle` below for one bucket without a penalty (Redis CPU per decision is what the
- * library's capacity comes down to). The model test runs random sequences through both paths.
+ * `load`, `settle` and `code` below for one bucket without a penalty, written out inline (Redis CPU per
+ * decision is what the library's capacity comes down to, and a closure made per call costs more than
+ * the copy). The model test runs random sequences through both paths, and the coalescing test checks
+ * the codes of both.
  *
  * Numbers are written as Lua numbers: Redis turns a number argument of redis.call into a string that
  * reads back as the same double (test/token-bucket/script-numbers checks it), so no string.format.
