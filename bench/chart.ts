@@ -43,7 +43,7 @@ function colorOf(name: string): string {
   if (name === 'ours') return COLORS.ours;
   if (name.startsWith('ours-')) return COLORS.oursVariant;
   if (name === 'none') return COLORS.none;
-  if (name === 'reference' || name === 'minimal-guard' || name === 'throw-only') return COLORS.floor;
+  if (name === 'reference' || name === 'minimal-guard' || name === 'throw-only' || name === 'throw-later') return COLORS.floor;
   return COLORS.other;
 }
 

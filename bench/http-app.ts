@@ -230,6 +230,14 @@ class ThrowOnlyGuard implements CanActivate {
   }
 }
 
+/** The same refusal one event-loop turn later, as a guard that waited for a Redis reply refuses. */
+@Injectable()
+class ThrowLaterGuard implements CanActivate {
+  canActivate(): Promise<boolean> {
+    return new Promise((_resolve, reject) => setImmediate(() => reject(tooManyRequests())));
+  }
+}
+
 @Controller()
 class ThrowOnlyController {
   @Get('allowed')
@@ -239,6 +247,20 @@ class ThrowOnlyController {
 
   @Get('denied')
   @UseGuards(ThrowOnlyGuard)
+  denied() {
+    return BODY;
+  }
+}
+
+@Controller()
+class ThrowLaterController {
+  @Get('allowed')
+  allowed() {
+    return BODY;
+  }
+
+  @Get('denied')
+  @UseGuards(ThrowLaterGuard)
   denied() {
     return BODY;
   }
@@ -286,6 +308,8 @@ function appModule(variant: HttpVariant, prefix: string): DynamicModule {
       };
     case 'throw-only':
       return { module: BenchAppModule, controllers: [ThrowOnlyController] };
+    case 'throw-later':
+      return { module: BenchAppModule, controllers: [ThrowLaterController] };
   }
 }
 

@@ -59,8 +59,8 @@ async function checkApp(app: App, redis: Redis, keyPattern: string): Promise<str
     if (denied !== 0) throw new Error('none: /denied answered 429');
     return 'no limit, no keys';
   }
-  if (app.variant === 'throw-only') {
-    if (denied !== statuses.length || keys.length !== 0) throw new Error(`throw-only: statuses ${statuses.join(',')}, ${keys.length} keys`);
+  if (app.variant === 'throw-only' || app.variant === 'throw-later') {
+    if (denied !== statuses.length || keys.length !== 0) throw new Error(`${app.variant}: statuses ${statuses.join(',')}, ${keys.length} keys`);
     return `every /denied refused, no keys`;
   }
   if (denied === 0 || keys.length === 0) {

@@ -49,6 +49,9 @@ const ALGORITHMS: BenchResults['algorithms'] = {
     'an APP_GUARD doing one EVALSHA of the reference script (replying the tokens left, or minus the ms to the next token) and writing ' +
     'the headers ours writes by default (X-RateLimit-Limit/-Remaining/-Reset, RateLimit-Limit/-Remaining/-Reset/-Policy, Retry-After when refused): the allowed-path floor',
   'throw-only': 'a guard on /denied that throws HttpException 429 (built without a stack trace, as ours builds its refusals) and touches no Redis: the denied-path floor',
+  'throw-later':
+    'the throw-only guard answering one event-loop turn later: it returns a promise rejected after setImmediate, as a refusal that waited for ' +
+    'a Redis reply is answered in a later turn; not a floor, it shows what answering in a later turn is worth on the machine',
   'rate-limiter-flexible':
     'fixed window counter, one string key per key and window; one EVALSHA (SET NX EX, INCRBY, PTTL) per consume; default options (no in-memory block); ' +
     'over HTTP behind the short guard its users write (it ships none), with X-RateLimit-* headers',

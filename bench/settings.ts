@@ -78,12 +78,15 @@ export type Limits = (typeof LIMITS)[keyof typeof LIMITS];
  * HTTP variants: the same Nest Express app with one JSON route behind each limiter.
  * - `minimal-guard`: the allowed-path floor, one EVALSHA of the reference script and the same headers as ours;
  * - `throw-only`: the denied-path floor, a guard that throws a 429 and touches no Redis (Nest's own cost of a refusal).
+ * - `throw-later`: the same guard, refusing one event-loop turn later (after `setImmediate`), as a refusal that
+ *   waited for a Redis reply does: what answering in a later turn is worth on this machine (not a floor).
  */
 export const HTTP_VARIANTS = [
   'none',
   'ours',
   'minimal-guard',
   'throw-only',
+  'throw-later',
   'nestjs-throttler',
   'rate-limiter-flexible',
   'ours-no-deny-cache',
@@ -92,7 +95,7 @@ export type HttpVariant = (typeof HTTP_VARIANTS)[number];
 /** `ours-no-deny-cache` differs from `ours` only on the denied path. */
 const ALL_HTTP_PATHS = {
   allowed: ['none', 'ours', 'minimal-guard', 'nestjs-throttler', 'rate-limiter-flexible'],
-  denied: ['none', 'ours', 'throw-only', 'nestjs-throttler', 'rate-limiter-flexible', 'ours-no-deny-cache'],
+  denied: ['none', 'ours', 'throw-only', 'throw-later', 'nestjs-throttler', 'rate-limiter-flexible', 'ours-no-deny-cache'],
 } as const satisfies Record<string, readonly HttpVariant[]>;
 export type HttpPath = keyof typeof ALL_HTTP_PATHS;
 /** The floor each path's target is measured against. */
@@ -124,6 +127,7 @@ export const LABELS: Record<HttpVariant | LimiterName, string> = {
   'ours-no-coalesce': 'ours, coalesce: false',
   'minimal-guard': 'floor: minimal guard (one EVALSHA of the reference script, same headers as ours)',
   'throw-only': 'floor: a guard that only throws a 429 (no Redis)',
+  'throw-later': 'the same guard, throwing one event-loop turn later (setImmediate)',
   'nestjs-throttler': '@nestjs/throttler + @nest-lab/throttler-storage-redis',
   'rate-limiter-flexible': 'rate-limiter-flexible RateLimiterRedis',
   reference: 'floor: reference token-bucket script (EVALSHA, plain ioredis client)',
@@ -137,6 +141,7 @@ export const SHORT_LABELS: Record<HttpVariant | LimiterName, string> = {
   'ours-no-coalesce': 'ours, coalesce: false',
   'minimal-guard': 'floor: minimal guard',
   'throw-only': 'floor: throw-only guard',
+  'throw-later': 'throw-only, a turn later',
   'nestjs-throttler': '@nestjs/throttler (redis)',
   'rate-limiter-flexible': 'rate-limiter-flexible',
   reference: 'floor: reference script',
