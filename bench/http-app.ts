@@ -238,32 +238,22 @@ class ThrowLaterGuard implements CanActivate {
   }
 }
 
-@Controller()
-class ThrowOnlyController {
-  @Get('allowed')
-  allowed() {
-    return BODY;
-  }
+/** GET /allowed open, GET /denied behind `guard`: the app of the refusal-only variants. */
+function refusingController(guard: Type<CanActivate>): Type<unknown> {
+  @Controller()
+  class RefusingController {
+    @Get('allowed')
+    allowed() {
+      return BODY;
+    }
 
-  @Get('denied')
-  @UseGuards(ThrowOnlyGuard)
-  denied() {
-    return BODY;
+    @Get('denied')
+    @UseGuards(guard)
+    denied() {
+      return BODY;
+    }
   }
-}
-
-@Controller()
-class ThrowLaterController {
-  @Get('allowed')
-  allowed() {
-    return BODY;
-  }
-
-  @Get('denied')
-  @UseGuards(ThrowLaterGuard)
-  denied() {
-    return BODY;
-  }
+  return RefusingController;
 }
 
 function appModule(variant: HttpVariant, prefix: string): DynamicModule {
@@ -307,9 +297,9 @@ function appModule(variant: HttpVariant, prefix: string): DynamicModule {
         providers: [{ provide: APP_GUARD, useClass: minimalGuard(prefix) }],
       };
     case 'throw-only':
-      return { module: BenchAppModule, controllers: [ThrowOnlyController] };
+      return { module: BenchAppModule, controllers: [refusingController(ThrowOnlyGuard)] };
     case 'throw-later':
-      return { module: BenchAppModule, controllers: [ThrowLaterController] };
+      return { module: BenchAppModule, controllers: [refusingController(ThrowLaterGuard)] };
   }
 }
 
