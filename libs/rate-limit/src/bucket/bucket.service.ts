@@ -299,7 +299,7 @@ export class BucketService {
     const sentAt = cache === undefined ? 0 : cache.now();
     const denied = cache?.deny(requests, sentAt);
     if (denied !== undefined) return toVerdict(requests, { allowed: false, tokens: denied }, 'cache');
-    const options = dryRun ? { dryRun } : undefined;
+    const options: TakeOptions | undefined = dryRun ? { dryRun } : undefined;
     // Healthy, nothing to look up; else the breakers of this decision's nodes: one open and probed already
     // sends it to failureMode, one open and not probed makes it the probe.
     let probes: Breaker[] | undefined;
@@ -319,7 +319,7 @@ export class BucketService {
     const started = timed ? performance.now() : 0;
     try {
       const result = this.store.remote
-        ? await this.deadlines.race(this.store.take(requests, options))
+        ? await this.deadlines.raceSent((sent) => this.store.take(requests, { dryRun, sent }))
         : await this.store.take(requests, options);
       if (timed) this.events.storeCall({ durationMs: performance.now() - started, outcome: 'ok' });
       if (this.breakers.size > 0) this.recovered(requests);
@@ -353,8 +353,9 @@ export class BucketService {
     // Forgotten before and after: a denial learned from a request the store decided before the refund is stale.
     for (const request of requests) this.denyCache?.forget(request.key);
     try {
-      const refunded = this.store.take(requests, { refund: true });
-      const { tokens } = await (this.store.remote ? this.deadlines.race(refunded) : refunded);
+      const { tokens } = await (this.store.remote
+        ? this.deadlines.raceSent((sent) => this.store.take(requests, { refund: true, sent }))
+        : this.store.take(requests, { refund: true }));
       for (const request of requests) this.denyCache?.forget(request.key);
       return tokens;
     } catch (error) {

@@ -110,6 +110,54 @@ describe('Deadlines (one timer for every decision of a module)', () => {
     await expect(hung).rejects.toBeInstanceOf(RateLimitTimeoutError);
   });
 
+  it('raceSent starts the clock at sent(): a call written after the loop was held 200 ms still gets its full 50 ms, a hung one times out 50 ms after its write', async () => {
+    const deadlines = new Deadlines(50);
+    const pair = await socketPair();
+    try {
+      let writtenAt = 0;
+      let hungAt = 0;
+      // Both asked for now, written only after the loop was held (as decisions that wait for the turn's end).
+      const answered = outcome(
+        deadlines.raceSent((sent) => {
+          const answer = reply(pair.near);
+          setImmediate(() => {
+            blockFor(200);
+            writtenAt = performance.now();
+            sent();
+            setTimeout(() => pair.far.write('pong'), 20);
+          });
+          return answer;
+        }),
+      );
+      const hung = deadlines.raceSent((sent) => {
+        setImmediate(() => {
+          hungAt = performance.now();
+          sent();
+          sent(); // a second call changes nothing
+        });
+        return never();
+      });
+      const hungOutcome = hung.then(
+        () => 'answered',
+        () => performance.now() - hungAt,
+      );
+      expect(await answered).toBe('answered pong');
+      expect(writtenAt).toBeGreaterThan(0);
+      const waited = await hungOutcome;
+      expect(typeof waited).toBe('number');
+      expect(waited).toBeGreaterThanOrEqual(49);
+      expect(waited).toBeLessThan(50 + 100);
+    } finally {
+      pair.close();
+    }
+  });
+
+  it('raceSent never times out a call that settles before it is sent', async () => {
+    const deadlines = new Deadlines(10);
+    await expect(deadlines.raceSent(() => Promise.reject(new Error('not connected')))).rejects.toThrow('not connected');
+    await expect(deadlines.raceSent(() => Promise.resolve(7))).resolves.toBe(7);
+  });
+
   it('withTimeout lets a reply that reached the socket before the deadline win, though the loop reads it after the deadline', async () => {
     const pair = await socketPair();
     try {

@@ -15,6 +15,12 @@ export interface TakeOptions {
   refund?: boolean;
   /** Clock override in ms, for deterministic tests only. Default: the store's clock (Redis TIME). */
   now?: number;
+  /**
+   * A remote store calls this when the call is handed to its client (written, or queued by the client
+   * itself): the caller's deadline runs from then, so time the app's own event loop spent before the
+   * write is never counted against the store.
+   */
+  sent?: () => void;
 }
 
 /** Where buckets live. The Redis store is shared by every instance; the memory store by one process. */

@@ -124,8 +124,9 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
 
   take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<Result> {
     const mode: TokenBucketMode = options.refund ? 'refund' : options.dryRun ? 'peek' : 'take';
+    const { now, sent } = options;
     if (!(this.client instanceof Cluster) || requests.length < 2) {
-      return this.run(requests, mode, options.now);
+      return this.run(requests, mode, now, sent);
     }
     const groups = new Map<string, number[]>();
     requests.forEach((request, i) => {
@@ -134,8 +135,8 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
       if (group) group.push(i);
       else groups.set(tag, [i]);
     });
-    if (groups.size === 1) return this.run(requests, mode, options.now);
-    return this.takeByGroup(requests, [...groups.values()], mode, options.now);
+    if (groups.size === 1) return this.run(requests, mode, now, sent);
+    return this.takeByGroup(requests, [...groups.values()], mode, now, sent);
   }
 
   async delete(keys: readonly string[]): Promise<void> {
@@ -148,6 +149,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     groups: number[][],
     mode: TokenBucketMode,
     now: number | undefined,
+    sent: (() => void) | undefined,
   ): Promise<Result> {
     const tokens = new Array<number>(requests.length);
     const penaltyMs = hasPenalty(requests) ? new Array<number>(requests.length).fill(0) : undefined;
@@ -159,14 +161,15 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
       });
     const answer = (allowed: boolean): Result => (penaltyMs === undefined ? { allowed, tokens } : { allowed, tokens, penaltyMs });
     for (let g = 0; g < groups.length; g++) {
-      const result = await this.run(pick(groups[g]), mode, now);
+      // The deadline runs from the first group's call: the later ones are part of the same decision.
+      const result = await this.run(pick(groups[g]), mode, now, g === 0 ? sent : undefined);
       record(groups[g], result);
       if (!result.allowed) {
         const earlier = groups.slice(0, g);
         const later = groups.slice(g + 1);
         const [refunded, peeked] = await Promise.all([
-          Promise.all(earlier.map((group) => this.run(pick(group), mode === 'take' ? 'refund' : 'peek', now))),
-          Promise.all(later.map((group) => this.run(pick(group), 'peek', now))),
+          Promise.all(earlier.map((group) => this.run(pick(group), mode === 'take' ? 'refund' : 'peek', now, undefined))),
+          Promise.all(later.map((group) => this.run(pick(group), 'peek', now, undefined))),
         ]);
         earlier.forEach((group, k) => record(group, refunded[k]));
         later.forEach((group, k) => record(group, peeked[k]));
@@ -183,9 +186,17 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
    * decides each on its own, in order, atomically per decision. Nothing ever waits for more decisions
    * to come, so a lone request pays nothing, and each request still costs at most one round trip.
    * A decision with a clock override (tests) always goes alone.
+   *
+   * `sent` is called when the decision's command is handed to the client: at once for a decision that
+   * goes alone, at the end of the turn for one that waited. Its deadline runs from then (`Deadlines`).
    */
-  private run(requests: readonly BucketRequest[], mode: TokenBucketMode, now: number | undefined): Promise<Result> {
-    if (!this.coalesce || now !== undefined) return this.send(requests, mode, now);
+  private run(
+    requests: readonly BucketRequest[],
+    mode: TokenBucketMode,
+    now: number | undefined,
+    sent: (() => void) | undefined,
+  ): Promise<Result> {
+    if (!this.coalesce || now !== undefined) return this.send(requests, mode, now, sent);
     const lane = this.nodeOf === undefined ? 0 : keySlot(hashTag(requests[0].key));
     let turn = this.turn;
     if (turn === undefined) {
@@ -195,10 +206,10 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     const waiting = turn.get(lane);
     if (waiting === undefined) {
       turn.set(lane, null);
-      return this.send(requests, mode, undefined);
+      return this.send(requests, mode, undefined, sent);
     }
     return new Promise<Result>((resolve, reject) => {
-      const decision: Queued = { requests, mode, resolve, reject };
+      const decision: Queued = { requests, mode, sent, resolve, reject };
       if (waiting === null) turn.set(lane, [decision]);
       else waiting.push(decision);
     });
@@ -220,7 +231,12 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   };
 
   /** One decision in a call of its own. */
-  private send(requests: readonly BucketRequest[], mode: TokenBucketMode, now: number | undefined): Promise<Result> {
+  private send(
+    requests: readonly BucketRequest[],
+    mode: TokenBucketMode,
+    now: number | undefined,
+    sent: (() => void) | undefined,
+  ): Promise<Result> {
     if (requests.length === 1 && !hasPenalty(requests)) {
       // The usual call: one bucket, one integer back.
       if (this.diagnostics !== undefined && this.client.status !== 'ready') {
@@ -228,13 +244,14 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
       }
       const { key, capacity, refillPerSecond, cost } = requests[0];
       const header = 8 + MODE_CODE[mode];
+      sent?.();
       const call =
         now === undefined
           ? this.evaluate([1, key, header, capacity, refillPerSecond, cost])
           : this.evaluate([1, key, header, capacity, refillPerSecond, cost, now]);
       return call.then(decodeOne);
     }
-    return this.decide([{ requests, mode }], now).then(([result]) => {
+    return this.decide([{ requests, mode, sent }], now).then(([result]) => {
       if (result instanceof Error) throw result;
       return result;
     });
@@ -243,8 +260,8 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   /** Decisions that waited for the end of the turn: one call; each settles with its own result. */
   private sendQueued(queued: readonly Queued[]): void {
     if (queued.length === 1) {
-      const [{ requests, mode, resolve, reject }] = queued;
-      this.send(requests, mode, undefined).then(resolve, reject);
+      const [{ requests, mode, sent, resolve, reject }] = queued;
+      this.send(requests, mode, undefined, sent).then(resolve, reject);
       return;
     }
     this.decide(queued, undefined).then(
@@ -259,7 +276,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   }
 
   /** One call for `decisions`, in order: per decision its result, or the script's refusal of its numbers. */
-  private decide(decisions: readonly Pick<Queued, 'requests' | 'mode'>[], now: number | undefined): Promise<(Result | Error)[]> {
+  private decide(decisions: readonly Pick<Queued, 'requests' | 'mode' | 'sent'>[], now: number | undefined): Promise<(Result | Error)[]> {
     // Without an offline queue ioredis would refuse the command anyway ("Stream isn't writeable"): say
     // where and why instead.
     if (this.diagnostics !== undefined && this.client.status !== 'ready') {
@@ -269,6 +286,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     const argv: (string | number)[] = [];
     for (const decision of decisions) appendDecision(keys, argv, decision.requests, decision.mode);
     if (now !== undefined) argv.push(now);
+    for (const decision of decisions) decision.sent?.();
     return this.evaluate([keys.length, ...keys, ...argv]).then((reply) =>
       decodeMany(
         reply,
@@ -299,6 +317,8 @@ const MODE_CODE: Record<TokenBucketMode, number> = { take: 0, peek: 1, refund: 2
 interface Queued {
   requests: readonly BucketRequest[];
   mode: TokenBucketMode;
+  /** Starts the decision's deadline when its call is handed to the client. */
+  sent: (() => void) | undefined;
   resolve: (result: Result) => void;
   reject: (error: unknown) => void;
 }
