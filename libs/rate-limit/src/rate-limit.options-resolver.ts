@@ -7,7 +7,7 @@ import {
 import { isIP } from 'node:net';
 import type { RateLimitAllowList, RateLimitKeyOptions, RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
 import { DEFAULT_MAX_LOCAL_BUCKETS } from './stores/memory-bucket.store.js';
-import { checkRedisOption } from './stores/redis-connection.js';
+import { checkRedisOption, undefinedRedisOption } from './stores/redis-options.validation.js';
 import { keysOf, unknownKeyOf } from './unknown-keys.js';
 
 /** The most in-process buckets one may ask for: a JavaScript Map holds at most 2^24 entries. */
@@ -128,10 +128,10 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
       `RateLimitModule: maxLocalBuckets must be an integer from 1 to ${MAX_LOCAL_BUCKETS} (got ${JSON.stringify(maxLocalBuckets)})`,
     );
   }
+  const store = oneOf('store', options.store, STORES, 'redis');
   return {
-    // `null` is a mistake like any other value (no `??`): only a missing option means the default.
-    redis: options.redis === undefined ? 'redis://127.0.0.1:6379' : checkRedisOption(options.redis),
-    store: oneOf('store', options.store, STORES, 'redis'),
+    redis: resolveRedis(options, store),
+    store,
     keyPrefix,
     failureMode: oneOf('failureMode', options.failureMode, FAILURE_MODES, 'open'),
     timeoutMs,
@@ -153,6 +153,17 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     maxLocalBuckets,
     metrics: resolveMetrics(options.metrics),
   };
+}
+
+/**
+ * Checks `redis`. `null` is a mistake like any other value (no `??`): only a missing option means the
+ * default. `redis: undefined` written out is a URL from an environment variable that is not set: with the
+ * Redis store it is refused rather than read as the default, localhost.
+ */
+function resolveRedis(options: RateLimitModuleOptions, store: 'redis' | 'memory'): ResolvedRateLimitOptions['redis'] {
+  if (options.redis !== undefined) return checkRedisOption(options.redis);
+  if (Object.hasOwn(options, 'redis') && store === 'redis') throw undefinedRedisOption();
+  return 'redis://127.0.0.1:6379';
 }
 
 /** Checks `metrics`: true, false, or `{ meterProvider }` with a `getMeter()` (an OpenTelemetry MeterProvider). */
