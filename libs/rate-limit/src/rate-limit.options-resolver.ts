@@ -19,6 +19,7 @@ const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 const STORES = ['redis', 'memory'] as const;
 const FAILURE_MODES = ['open', 'closed', 'local'] as const;
 const STANDARD_HEADERS = ['draft-6', 'draft-7', 'draft-8', false] as const;
+const STARTUP_CHECKS = ['default', 'strict', false] as const;
 
 // Written out as records so that the compiler fails when an interface gains or loses a key and these do not.
 const MODULE_KEYS = keysOf<keyof RateLimitModuleOptions>({
@@ -41,6 +42,7 @@ const MODULE_KEYS = keysOf<keyof RateLimitModuleOptions>({
   resolverCacheMs: true,
   maxLocalBuckets: true,
   metrics: true,
+  startupCheck: true,
 });
 const KEY_OPTION_KEYS = keysOf<keyof RateLimitKeyOptions>({ apiKeyHeader: true, user: true, apiKey: true, secret: true });
 const ALLOW_LIST_KEYS = keysOf<keyof RateLimitAllowList>({ ips: true, users: true, apiKeys: true });
@@ -152,6 +154,7 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     resolverCacheMs,
     maxLocalBuckets,
     metrics: resolveMetrics(options.metrics),
+    startupCheck: oneOf('startupCheck', options.startupCheck, STARTUP_CHECKS, 'default'),
   };
 }
 

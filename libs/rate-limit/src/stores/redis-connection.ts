@@ -93,7 +93,9 @@ export class RedisDiagnostics {
   private readonly tls: boolean;
   private readonly secrets: string[];
   private readonly logger = new ThrottledLogger('RateLimit');
-  private lastError: unknown;
+  private last: unknown;
+  /** While the start-up check runs, it reports connection errors itself. */
+  private muted = false;
 
   constructor(private readonly client: RedisClient) {
     this.target = describeTarget(client);
@@ -108,9 +110,25 @@ export class RedisDiagnostics {
     return this;
   }
 
+  /** The client's last connection error, as it came; undefined once connected. */
+  get lastError(): unknown {
+    return this.last;
+  }
+
+  /** Runs `check` with connection errors recorded but not logged; the next warning waits a full interval if one came. */
+  async quietly<T>(check: () => Promise<T>): Promise<T> {
+    this.muted = true;
+    try {
+      return await check();
+    } finally {
+      this.muted = false;
+      if (this.last !== undefined) this.logger.hold('warn');
+    }
+  }
+
   /** The client's last connection error, in words. */
   cause(): string | undefined {
-    return this.lastError === undefined ? undefined : this.scrub(describeCause(this.lastError, this.tls));
+    return this.last === undefined ? undefined : this.scrub(describeCause(this.last, this.tls));
   }
 
   /** The error a decision gets while the client is not connected: where, and why. */
@@ -125,7 +143,7 @@ export class RedisDiagnostics {
    * comes later must not be held back by this line.
    */
   notReadyAtStart(): void {
-    if (this.lastError !== undefined) return;
+    if (this.last !== undefined) return;
     new Logger('RateLimit').warn(
       `${this.target} is not reachable yet; decisions follow failureMode until it answers`,
     );
@@ -140,7 +158,8 @@ export class RedisDiagnostics {
   }
 
   private failed(error: unknown): void {
-    this.lastError = error;
+    this.last = error;
+    if (this.muted) return;
     this.warn(
       `Cannot connect to ${this.target}: ${describeCause(error, this.tls)}; ` +
         'decisions follow failureMode until it answers, and the client keeps retrying',
@@ -149,14 +168,15 @@ export class RedisDiagnostics {
 
   /** Connected: the recovery itself is logged by BucketService, with the decisions the outage cost. */
   private ready(): void {
-    this.lastError = undefined;
+    this.last = undefined;
   }
 
   private warn(message: string): void {
     this.logger.warn(this.scrub(message));
   }
 
-  private scrub(text: string): string {
+  /** `text` with every password of the client replaced by `***`. */
+  scrub(text: string): string {
     let scrubbed = text;
     for (const secret of this.secrets) scrubbed = scrubbed.split(secret).join('***');
     return scrubbed;
