@@ -142,9 +142,9 @@ describe('the start-up check of the Redis connection', () => {
       const { ms, error } = await start(`rediss://127.0.0.1:${tlsPort}`);
       expect(ms).toBeLessThan(2000);
       expect(error?.message).toBe(
-        `RateLimitModule cannot start: Redis at 127.0.0.1:${tlsPort} (TLS) failed TLS verification: ` +
+        `RateLimitModule cannot start: Redis at 127.0.0.1:${tlsPort} (TLS) failed the TLS handshake: ` +
           'TLS handshake failed: self-signed certificate (DEPTH_ZERO_SELF_SIGNED_CERT): is the server certificate trusted (tls.ca) and issued for this host name?; ' +
-          'fix redis.tls, or set startupCheck: false to start without this check',
+          'fix redis.tls (or use redis:// for a server without TLS), or set startupCheck: false to start without this check',
       );
     } finally {
       await server.stop();

@@ -98,7 +98,7 @@ export async function checkAtStartup(
 
 const WHAT: Record<'credentials' | 'tls' | 'dns', [string, string]> = {
   credentials: ['refused the credentials', 'check redis.username and redis.password (or the URL)'],
-  tls: ['failed TLS verification', 'fix redis.tls'],
+  tls: ['failed the TLS handshake', 'fix redis.tls (or use redis:// for a server without TLS)'],
   dns: ['is not reachable', "check the host name (startupCheck: 'default' starts anyway while it does not resolve)"],
 };
 
