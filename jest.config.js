@@ -23,6 +23,7 @@ const TIMING = [
   'test/penalties/',
   'test/cluster/cluster-breaker.e2e-spec.ts',
   'test/redis-connection/connection-errors.e2e-spec.ts',
+  'test/redis-connection/startup-check.e2e-spec.ts',
   'test/redis-connection/failover-and-shutdown.e2e-spec.ts',
   'libs/rate-limit/src/bucket/with-timeout.spec.ts',
 ];

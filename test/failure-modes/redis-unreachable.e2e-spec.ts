@@ -19,11 +19,14 @@ import { SLACK_MS, judgeDecisions, judgePairs, pairedBurst, timeDecisions, timin
 /** How long start-up waits for a connection it created before going on (CONNECT_WAIT_MS). */
 const CONNECT_WAIT_MS = 1_000;
 
-/** Keeps the warnings the limiter logs. */
+/** Keeps the warnings and errors the limiter logs. */
 class WarningRecorder implements LoggerService {
   readonly warnings: string[] = [];
+  readonly errors: string[] = [];
   log() {}
-  error() {}
+  error(message: unknown, ...rest: unknown[]) {
+    if (rest[rest.length - 1] === 'RateLimit') this.errors.push(String(message));
+  }
   warn(message: unknown, context?: unknown) {
     if (context === 'RateLimit') this.warnings.push(String(message));
   }
@@ -47,8 +50,12 @@ describe.each(PLATFORMS)('Redis unreachable at start-up on %s', (platform) => {
     it('starts after waiting at most about a second for Redis, and says it goes on without it', () => {
       figure(`${platform}/${mode} start-up without Redis (ms)`, fx.startUpMs.toFixed(0));
       expect(fx.startUpMs).toBeLessThan(CONNECT_WAIT_MS + 2_000);
-      // The refused connection is logged with its address and cause, then the module goes on without it.
-      expect(recorder.warnings[0]).toMatch(/^Cannot connect to Redis at 127\.0\.0\.1:\d+: connection refused/);
+      // The refused connection is an outage, not a misconfiguration: one error-level line with its
+      // address and cause, then the module goes on without it.
+      expect(recorder.errors).toHaveLength(1);
+      expect(recorder.errors[0]).toMatch(
+        new RegExp(`^Redis at 127\\.0\\.0\\.1:\\d+ is not reachable at start-up: connection refused .*; starting anyway: decisions follow failureMode '${mode}' until it answers$`),
+      );
     });
 
     it(`answers the first requests as '${mode}' says, each decided within timeoutMs (+ ${SLACK_MS} ms, in the app and over a control route)`, async () => {

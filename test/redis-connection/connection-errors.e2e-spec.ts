@@ -11,17 +11,20 @@ const WRONG = 'Wr0ng-client-pass';
 
 /**
  * A connection problem is logged with the address the module tried and what went wrong — refused,
- * host not found, authentication, TLS — at most once per 10 s, and never with a password.
+ * host not found, authentication, TLS — at most once per 10 s, and never with a password. At start-up,
+ * an outage is one error-level line (test/redis-connection/startup-check: misconfiguration fails the
+ * start); the wording of authentication and TLS failures is checked here with `startupCheck: false`,
+ * where they are warnings while the client keeps retrying, as before that check existed.
  */
 describe('what the module logs when it cannot use Redis', () => {
   let recorder: LogRecorder;
   let moduleRef: TestingModule | undefined;
 
   /** Starts the module with `redis` as a real application would (init waits up to 1 s for Redis). */
-  async function start(redis: RateLimitModuleOptions['redis']): Promise<TestingModule> {
+  async function start(redis: RateLimitModuleOptions['redis'], startupCheck?: false): Promise<TestingModule> {
     recorder = new LogRecorder();
     moduleRef = await Test.createTestingModule({
-      imports: [RateLimitModule.forRoot({ redis, failureMode: 'open', timeoutMs: 50 })],
+      imports: [RateLimitModule.forRoot({ redis, failureMode: 'open', timeoutMs: 50, startupCheck })],
     })
       .setLogger(recorder)
       .compile();
@@ -44,7 +47,7 @@ describe('what the module logs when it cannot use Redis', () => {
     });
 
     it('logs a wrong password (WRONGPASS) as an authentication failure at host:port, without the password', async () => {
-      await start(`redis://:${WRONG}@127.0.0.1:${server.port}`);
+      await start(`redis://:${WRONG}@127.0.0.1:${server.port}`, false);
       const warnings = recorder.of('RateLimit', 'warn');
       expect(warnings).toHaveLength(1);
       expect(warnings[0]).toContain(`Redis at 127.0.0.1:${server.port}`);
@@ -55,7 +58,7 @@ describe('what the module logs when it cannot use Redis', () => {
     });
 
     it('logs a missing password (NOAUTH) as an authentication failure', async () => {
-      await start({ host: '127.0.0.1', port: server.port });
+      await start({ host: '127.0.0.1', port: server.port }, false);
       const warnings = recorder.of('RateLimit', 'warn');
       expect(warnings).toHaveLength(1);
       expect(warnings[0]).toContain(`Redis at 127.0.0.1:${server.port}`);
@@ -63,7 +66,7 @@ describe('what the module logs when it cannot use Redis', () => {
     });
 
     it('names the cause in the warning of a failed decision too', async () => {
-      const buckets = (await start({ host: '127.0.0.1', port: server.port, username: 'default', password: WRONG })).get(BucketService);
+      const buckets = (await start({ host: '127.0.0.1', port: server.port, username: 'default', password: WRONG }, false)).get(BucketService);
       const decision = await buckets.consume('connection-errors', { capacity: 2, refillPerSecond: 1 });
       expect(decision.allowed).toBe(true); // failureMode 'open'
       const failed = recorder.of('RateLimit', 'warn').filter((w) => w.startsWith('Rate-limit store failed'));
@@ -85,11 +88,12 @@ describe('what the module logs when it cannot use Redis', () => {
     await sleep(300); // ioredis has retried several times by now (50, 100, 200, 400 ms): more 'error' events
     for (let i = 0; i < 20; i++) await buckets.consume('refused', { capacity: 2, refillPerSecond: 1 });
     const warnings = recorder.of('RateLimit', 'warn');
-    const connection = warnings.filter((w) => w.startsWith('Cannot connect'));
-    expect(connection).toEqual([
-      `Cannot connect to Redis at 127.0.0.1:${port}: connection refused (connect ECONNREFUSED 127.0.0.1:${port}); ` +
-        'decisions follow failureMode until it answers, and the client keeps retrying',
+    // The start-up line counts as the first of the 10 s: the retries since then add no line.
+    expect(recorder.of('RateLimit', 'error')).toEqual([
+      `Redis at 127.0.0.1:${port} is not reachable at start-up: connection refused (connect ECONNREFUSED 127.0.0.1:${port}); ` +
+        "starting anyway: decisions follow failureMode 'open' until it answers",
     ]);
+    expect(warnings.filter((w) => w.startsWith('Cannot connect'))).toEqual([]);
     expect(warnings.filter((w) => w.startsWith('Rate-limit store failed'))).toHaveLength(1);
   });
 
@@ -98,8 +102,9 @@ describe('what the module logs when it cannot use Redis', () => {
     paused.signal('SIGSTOP');
     try {
       await start(paused.url);
-      expect(recorder.of('RateLimit', 'warn')).toEqual([
-        `Redis at 127.0.0.1:${paused.port} is not reachable yet; decisions follow failureMode until it answers`,
+      expect(recorder.of('RateLimit', 'error')).toEqual([
+        `Redis at 127.0.0.1:${paused.port} is not reachable at start-up: no answer within 1000 ms; ` +
+          "starting anyway: decisions follow failureMode 'open' until it answers",
       ]);
       await moduleRef?.close();
       moduleRef = undefined;
@@ -110,7 +115,7 @@ describe('what the module logs when it cannot use Redis', () => {
   });
 
   it('logs a host that does not resolve as "host not found"', async () => {
-    await start('redis://no-such-host.invalid:6390');
+    await start('redis://no-such-host.invalid:6390', false);
     const warnings = recorder.of('RateLimit', 'warn');
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toMatch(
@@ -133,7 +138,7 @@ describe('what the module logs when it cannot use Redis', () => {
     afterAll(() => new Promise<void>((resolve) => plain.close(() => resolve())));
 
     it('logs a rediss:// URL against a server without TLS as a TLS failure', async () => {
-      await start(`rediss://127.0.0.1:${port}`);
+      await start(`rediss://127.0.0.1:${port}`, false);
       const warnings = recorder.of('RateLimit', 'warn');
       expect(warnings).toHaveLength(1);
       expect(warnings[0]).toContain(`Cannot connect to Redis at 127.0.0.1:${port} (TLS): TLS handshake failed: wrong version number`);

@@ -62,10 +62,49 @@ describe('the redis option', () => {
 
   it('rejects a host or port of the wrong type', async () => {
     expect(await startUp({ host: '10.9.8.7', port: 'six' })).toBe(
-      `RateLimitModule: redis.port must be a port number 0..65535 (got "six"); redis must be ${ACCEPTED}`,
+      `RateLimitModule: redis.port must be a port number 1..65535, or a string of its digits (got "six"); redis must be ${ACCEPTED}`,
     );
     expect(await startUp({ host: 6380 })).toBe(
       `RateLimitModule: redis.host must be a host name or address (got 6380); redis must be ${ACCEPTED}`,
+    );
+  });
+
+  it('refuses a host, port or path given as undefined (a missing environment variable) instead of connecting to localhost:6379', async () => {
+    const missing = '(is an environment variable missing?)';
+    expect(await startUp({ host: undefined, port: 6380 })).toBe(
+      `RateLimitModule: redis.host is undefined ${missing}: give it a value, or leave host out to connect to localhost`,
+    );
+    expect(await startUp({ host: '10.9.8.7', port: undefined })).toBe(
+      `RateLimitModule: redis.port is undefined ${missing}: give it a value, or leave port out to use 6379`,
+    );
+    expect(await startUp({ path: undefined })).toBe(
+      `RateLimitModule: redis.path is undefined ${missing}: give it a value, or leave path out to connect over TCP`,
+    );
+    expect(await startUp({ sentinels: [{ host: undefined, port: 26379 }], name: 'main' })).toBe(
+      `RateLimitModule: redis.sentinels[0].host is undefined ${missing}: give the sentinel's host name or address`,
+    );
+  });
+
+  it('refuses redis: undefined given explicitly, as forRootAsync gives it when an environment variable is missing', async () => {
+    const moduleRef = Test.createTestingModule({
+      imports: [RateLimitModule.forRootAsync({ useFactory: () => ({ redis: process.env.RL_TEST_NO_SUCH_VARIABLE }) })],
+    }).setLogger(silent);
+    await expect(moduleRef.compile()).rejects.toThrow(
+      'RateLimitModule: redis is undefined (is an environment variable missing?): give a redis:// URL, RedisOptions or a client, ' +
+        'or leave redis out to connect to redis://127.0.0.1:6379',
+    );
+  });
+
+  it('checks a port the same way in options and in sentinels: digits only, 1..65535', async () => {
+    const port = (got: string, where = 'redis.port') =>
+      `RateLimitModule: ${where} must be a port number 1..65535, or a string of its digits (got ${got}); redis must be ${ACCEPTED}`;
+    expect(await startUp({ host: '10.9.8.7', port: '6380x' })).toBe(port('"6380x"'));
+    expect(await startUp({ host: '10.9.8.7', port: ' 6380' })).toBe(port('" 6380"'));
+    expect(await startUp({ host: '10.9.8.7', port: '0' })).toBe(port('"0"'));
+    expect(await startUp({ host: '10.9.8.7', port: 0 })).toBe(port('0'));
+    expect(await startUp({ sentinels: [{ host: 's1', port: 'x26379' }], name: 'main' })).toBe(port('"x26379"', 'redis.sentinels[0].port'));
+    expect(await startUp({ sentinels: [{ host: 's1', prot: 26379 }], name: 'main' })).toBe(
+      `RateLimitModule: unknown key "prot" in redis.sentinels[0] (did you mean "port"?); redis must be ${ACCEPTED}`,
     );
   });
 
@@ -110,9 +149,11 @@ describe('the redis option', () => {
       try {
         expect(await decidesThrough(server.url)).toBe('true:4');
         expect(await decidesThrough({ host: '127.0.0.1', port: server.port, db: 0, connectionName: 'rl', keepAlive: 1000 })).toBe('true:3');
+        // An environment variable's port, as a string of digits, is that port (as in a URL).
+        expect(await decidesThrough({ host: '127.0.0.1', port: String(server.port) as unknown as number })).toBe('true:2');
         const client = new Redis(server.url, { enableOfflineQueue: false });
         await new Promise((resolve) => client.once('ready', resolve));
-        expect(await decidesThrough(client)).toBe('true:2');
+        expect(await decidesThrough(client)).toBe('true:1');
         expect(client.status).toBe('ready');
         client.disconnect();
         expect(await check.exists('rl:{redis-option-form}')).toBe(1);

@@ -9,8 +9,10 @@ export class LogRecorder implements LoggerService {
   warn(message: unknown, context?: string) {
     this.lines.push({ level: 'warn', message: String(message), context });
   }
-  error(message: unknown, context?: string) {
-    this.lines.push({ level: 'error', message: String(message), context });
+  /** Nest's Logger passes `(message, stack, context)` for errors: the context is the last parameter. */
+  error(message: unknown, ...rest: unknown[]) {
+    const context = rest.length > 0 ? rest[rest.length - 1] : undefined;
+    this.lines.push({ level: 'error', message: String(message), context: typeof context === 'string' ? context : undefined });
   }
   of(context: string, level: string) {
     return this.lines.filter((l) => l.context === context && l.level === level).map((l) => l.message);

@@ -25,7 +25,8 @@ import { createRedisClient, RedisBucketStore } from './stores/redis-bucket.store
 function createStore(options: ResolvedRateLimitOptions): BucketStore {
   if (options.store === 'memory') return new MemoryBucketStore(localStoreOptions(options, "store: 'memory'"));
   const { client, owned } = createRedisClient(options.redis);
-  return new RedisBucketStore(client, owned, options.coalesce);
+  const { startupCheck: mode, keyPrefix, failureMode } = options;
+  return new RedisBucketStore(client, owned, options.coalesce, { mode, keyPrefix, failureMode });
 }
 
 /** Module `defaults` with a policy decided after the app's guards, or refunded after the handler, need the interceptor on every route. */

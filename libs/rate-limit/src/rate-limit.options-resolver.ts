@@ -5,9 +5,10 @@ import {
   DEFAULT_TIMEOUT_MS,
 } from './rate-limit.constants.js';
 import { isIP } from 'node:net';
-import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
+import type { RateLimitAllowList, RateLimitKeyOptions, RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
 import { DEFAULT_MAX_LOCAL_BUCKETS } from './stores/memory-bucket.store.js';
-import { checkRedisOption } from './stores/redis-connection.js';
+import { checkRedisOption, undefinedRedisOption } from './stores/redis-options.validation.js';
+import { keysOf, unknownKeyOf } from './unknown-keys.js';
 
 /** The most in-process buckets one may ask for: a JavaScript Map holds at most 2^24 entries. */
 const MAX_LOCAL_BUCKETS = 2 ** 24;
@@ -18,6 +19,45 @@ const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 const STORES = ['redis', 'memory'] as const;
 const FAILURE_MODES = ['open', 'closed', 'local'] as const;
 const STANDARD_HEADERS = ['draft-6', 'draft-7', 'draft-8', false] as const;
+const STARTUP_CHECKS = ['default', 'strict', false] as const;
+
+// Written out as records so that the compiler fails when an interface gains or loses a key and these do not.
+const MODULE_KEYS = keysOf<keyof RateLimitModuleOptions>({
+  redis: true,
+  store: true,
+  keyPrefix: true,
+  failureMode: true,
+  timeoutMs: true,
+  legacyHeaders: true,
+  standardHeaders: true,
+  keys: true,
+  defaults: true,
+  denyCache: true,
+  coalesce: true,
+  guard: true,
+  enforce: true,
+  skipIf: true,
+  allowList: true,
+  onDecision: true,
+  resolverCacheMs: true,
+  maxLocalBuckets: true,
+  metrics: true,
+  startupCheck: true,
+});
+const KEY_OPTION_KEYS = keysOf<keyof RateLimitKeyOptions>({ apiKeyHeader: true, user: true, apiKey: true, secret: true });
+const ALLOW_LIST_KEYS = keysOf<keyof RateLimitAllowList>({ ips: true, users: true, apiKeys: true });
+
+/** Refuses a key the module does not read: it would be ignored, and the default would stay in force. */
+function assertKnownKeys(options: RateLimitModuleOptions): void {
+  if (options.keys !== undefined && (typeof options.keys !== 'object' || options.keys === null)) {
+    throw new Error(`RateLimitModule: keys must be { apiKeyHeader?, user?, apiKey?, secret? } (got ${JSON.stringify(options.keys)})`);
+  }
+  const unknown =
+    unknownKeyOf(options, MODULE_KEYS, 'the options') ??
+    unknownKeyOf(options.keys, KEY_OPTION_KEYS, 'keys') ??
+    unknownKeyOf(options.allowList, ALLOW_LIST_KEYS, 'allowList');
+  if (unknown !== undefined) throw new Error(`RateLimitModule: ${unknown}`);
+}
 
 function oneOf<T>(name: string, value: unknown, allowed: readonly T[], fallback: T): T {
   if (value === undefined) return fallback;
@@ -30,6 +70,7 @@ function oneOf<T>(name: string, value: unknown, allowed: readonly T[], fallback:
 
 /** Applies defaults and rejects invalid module options with a message that says what to change. */
 export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRateLimitOptions {
+  assertKnownKeys(options);
   const keyPrefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
   if (typeof keyPrefix !== 'string' || /[{}\s]/.test(keyPrefix) || keyPrefix.length > 64) {
     throw new Error(
@@ -89,10 +130,10 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
       `RateLimitModule: maxLocalBuckets must be an integer from 1 to ${MAX_LOCAL_BUCKETS} (got ${JSON.stringify(maxLocalBuckets)})`,
     );
   }
+  const store = oneOf('store', options.store, STORES, 'redis');
   return {
-    // `null` is a mistake like any other value (no `??`): only a missing option means the default.
-    redis: options.redis === undefined ? 'redis://127.0.0.1:6379' : checkRedisOption(options.redis),
-    store: oneOf('store', options.store, STORES, 'redis'),
+    redis: resolveRedis(options, store),
+    store,
     keyPrefix,
     failureMode: oneOf('failureMode', options.failureMode, FAILURE_MODES, 'open'),
     timeoutMs,
@@ -113,7 +154,19 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     resolverCacheMs,
     maxLocalBuckets,
     metrics: resolveMetrics(options.metrics),
+    startupCheck: oneOf('startupCheck', options.startupCheck, STARTUP_CHECKS, 'default'),
   };
+}
+
+/**
+ * Checks `redis`. `null` is a mistake like any other value (no `??`): only a missing option means the
+ * default. `redis: undefined` written out is a URL from an environment variable that is not set: with the
+ * Redis store it is refused rather than read as the default, localhost.
+ */
+function resolveRedis(options: RateLimitModuleOptions, store: 'redis' | 'memory'): ResolvedRateLimitOptions['redis'] {
+  if (options.redis !== undefined) return checkRedisOption(options.redis);
+  if (Object.hasOwn(options, 'redis') && store === 'redis') throw undefinedRedisOption();
+  return 'redis://127.0.0.1:6379';
 }
 
 /** Checks `metrics`: true, false, or `{ meterProvider }` with a `getMeter()` (an OpenTelemetry MeterProvider). */

@@ -6,6 +6,8 @@ import type { MeterProvider } from '@opentelemetry/api';
 
 export type FailureMode = 'open' | 'closed' | 'local';
 export type StandardHeaders = 'draft-6' | 'draft-7' | 'draft-8' | false;
+/** How `app.init()` checks a Redis connection the module creates (see `RateLimitModuleOptions.startupCheck`). */
+export type StartupCheck = 'default' | 'strict' | false;
 
 /** How the limiter finds the identity behind a request. */
 export interface RateLimitKeyOptions {
@@ -77,6 +79,16 @@ export interface RateLimitModuleOptions {
    * `{ meterProvider }`: recorded through that provider, registered globally or not.
    */
   metrics?: boolean | { meterProvider: MeterProvider };
+  /**
+   * How `app.init()` checks the Redis client the module creates (never a client you pass in), once: it
+   * connects and runs the limiter's script on a probe key. `'default'`: misconfiguration fails the start
+   * (credentials refused, the ACL refuses the limiter's commands or keys, TLS verification fails), naming
+   * host:port and the cause; an outage (connection refused, no answer within 1 s, a host name that does
+   * not resolve yet) is logged at error level and the app starts under `failureMode`. `'strict'`: a host
+   * name that does not resolve fails the start too. `false`: no check; connection errors are warnings.
+   * Default `'default'`.
+   */
+  startupCheck?: StartupCheck;
 }
 
 /** Callers that are never limited (health checkers, internal services). */
@@ -113,6 +125,7 @@ export interface ResolvedRateLimitOptions {
   resolverCacheMs: number;
   maxLocalBuckets: number;
   metrics: ResolvedMetricsOption;
+  startupCheck: StartupCheck;
 }
 
 /** How the metrics find their MeterProvider: not at all, the global one at application bootstrap, or the one given. */

@@ -24,6 +24,11 @@ export class ThrottledLogger {
     this.emit('log', message);
   }
 
+  /** Counts the next interval from now, as if a line of `level` had just been logged (by someone else, at another level). */
+  hold(level: Level): void {
+    this.last[level] = Date.now();
+  }
+
   private emit(level: Level, message: string): void {
     const now = Date.now();
     if (now - this.last[level] < this.intervalMs) {

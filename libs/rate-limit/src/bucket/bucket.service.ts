@@ -17,13 +17,14 @@ import {
   serviceKey,
 } from '../keys/identity.js';
 import { ThrottledLogger } from '../throttled-logger.js';
-import { assertBucketPolicy, assertCost, type CompiledPolicy } from '../policies/policy.js';
+import { assertCost, assertServicePolicy, type CompiledPolicy } from '../policies/policy.js';
 import { PolicyRegistry } from '../policies/policy-registry.js';
 import { BucketStore, type TakeOptions, type TakeResult } from '../stores/bucket-store.interface.js';
 import { localStoreOptions, MemoryBucketStore } from '../stores/memory-bucket.store.js';
 import { DenyCache } from './deny-cache.js';
 import { type BucketRequest, mergeRepeatedKeys, toDecision } from './token-bucket.js';
 import { Deadlines, withTimeout } from './with-timeout.js';
+import { keysOf, unknownKeyOf } from '../unknown-keys.js';
 
 /** How a verdict was reached. */
 export type VerdictSource =
@@ -53,6 +54,8 @@ export interface BucketEntry {
   /** Tokens to take; default 1. */
   cost?: number;
 }
+
+const ENTRY_KEYS = keysOf<keyof BucketEntry>({ name: true, policy: true, cost: true });
 
 /** What a request gets while the store fails, per `failureMode`, for the log. */
 const FAILURE_EFFECT: Record<FailureMode, string> = {
@@ -196,7 +199,7 @@ export class BucketService {
     const where = `BucketService.peekRoute(${JSON.stringify(scope)})`;
     const policies = this.routePolicies(scope, who, where);
     const numbers = policy ?? sharedNumbers(policies, scope, where);
-    assertBucketPolicy(numbers, where, 'BucketService');
+    assertServicePolicy(numbers, where, ['cost']);
     const cost = policy?.cost ?? sharedCost(policies);
     assertCost(cost, numbers.capacity, where, 'BucketService');
     const request: BucketRequest = {
@@ -379,7 +382,9 @@ export class BucketService {
 
   private request(entry: BucketEntry, cost: number): BucketRequest {
     const where = `BucketService bucket "${entry.name}"`;
-    assertBucketPolicy(entry.policy, where, 'BucketService');
+    const unknown = unknownKeyOf(entry, ENTRY_KEYS, 'the entry');
+    if (unknown !== undefined) throw new Error(`BucketService ${unknown} on ${where}`);
+    assertServicePolicy(entry.policy, where);
     assertCost(cost, entry.policy.capacity, where, 'BucketService');
     return {
       key: serviceKey(this.options.keyPrefix, entry.name, this.hash),

@@ -9,9 +9,24 @@ import type {
 } from '../rate-limit.interfaces.js';
 import { SAFE_IDENTITY } from '../rate-limit.constants.js';
 import { MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket/token-bucket.js';
+import { type AllKeys, keysOf, unknownKeyOf } from '../unknown-keys.js';
 
 const KEY_BY_NAMES: readonly string[] = ['ip', 'user', 'apiKey'];
 const PHASES: readonly string[] = ['before-guards', 'after-guards'];
+const POLICY_KEYS = keysOf<AllKeys<RateLimitPolicy>>({
+  capacity: true,
+  refillPerSecond: true,
+  resolve: true,
+  keyBy: true,
+  cost: true,
+  name: true,
+  phase: true,
+  refundOn: true,
+  blockSeconds: true,
+  skipIf: true,
+  enforce: true,
+});
+const BUCKET_POLICY_KEYS = keysOf<keyof BucketPolicy>({ capacity: true, refillPerSecond: true });
 
 /** What a policy computes per request instead of fixing at start-up. */
 export interface DynamicLimits {
@@ -126,6 +141,16 @@ export function assertBucketPolicy(policy: BucketPolicy, where: string, label = 
   }
 }
 
+/**
+ * Checks a `BucketService` policy: only `capacity` and `refillPerSecond` (plus `extraKeys`), so that a
+ * route policy's `keyBy` or `cost` passed here by mistake is refused instead of ignored; then its numbers.
+ */
+export function assertServicePolicy(policy: BucketPolicy, where: string, extraKeys: readonly string[] = []): void {
+  const unknown = unknownKeyOf(policy, [...BUCKET_POLICY_KEYS, ...extraKeys], 'the policy');
+  if (unknown !== undefined) throw new Error(`BucketService ${unknown} on ${where}`);
+  assertBucketPolicy(policy, where, 'BucketService');
+}
+
 /** Checks a cost against its bucket. */
 export function assertCost(cost: unknown, capacity: number, where: string, label = '@RateLimit'): void {
   if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1 || cost > capacity) {
@@ -149,6 +174,9 @@ export function compilePolicy(
   if (typeof policy !== 'object' || policy === null) {
     throw new Error(`${label} needs { capacity, refillPerSecond } or { resolve } (got ${describe(policy)}) on ${route}`);
   }
+  // A policy kept in a variable escapes TypeScript's excess-property check: an unknown key is found here.
+  const unknown = unknownKeyOf(policy, POLICY_KEYS, 'the policy');
+  if (unknown !== undefined) throw new Error(`${label} ${unknown} on ${route}`);
   const dynamic = compileDynamic(policy, route, label);
   let numbers: BucketPolicy & { cost: number };
   if (dynamic === undefined) {

@@ -4,6 +4,7 @@ import type { BucketRequest, PenaltyReport } from '../bucket/token-bucket.js';
 import { CONNECT_WAIT_MS } from '../rate-limit.constants.js';
 import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
 import { diagnosticsOf, type RedisClient, type RedisDiagnostics } from './redis-connection.js';
+import { checkAtStartup, type StartupCheckSettings } from './redis-startup.check.js';
 import { TOKEN_BUCKET_COMMAND, TOKEN_BUCKET_LUA, type TokenBucketMode } from './token-bucket.script.js';
 
 type Result = TakeResult & PenaltyReport;
@@ -62,6 +63,8 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     private readonly owned: boolean,
     /** Decisions pending in the same event-loop turn share one script call (see `run`). */
     private readonly coalesce = true,
+    /** The start-up check of a client the module created; undefined: none (the old wait of up to 1 s). */
+    private readonly startup?: StartupCheckSettings,
   ) {
     client.defineCommand(TOKEN_BUCKET_COMMAND, { lua: TOKEN_BUCKET_LUA });
     this.nodeOf = client instanceof Cluster ? (key) => this.masterOf(key) : undefined;
@@ -82,6 +85,9 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     if (this.client instanceof Cluster && this.client.status === 'ready') await this.connectMasters(this.client);
     if (!this.owned || this.client.status === 'ready') return;
     if (this.client.status === 'wait') this.client.connect().catch(() => undefined);
+    if (this.startup && this.startup.mode !== false && this.diagnostics) {
+      return checkAtStartup(this.client, this.diagnostics, this.script, this.startup);
+    }
     const ready = new Promise<void>((resolve) => this.client.once('ready', resolve));
     if (!(await settlesWithin(ready, CONNECT_WAIT_MS)) && !this.abandoned) this.diagnostics?.notReadyAtStart();
   }

@@ -1,195 +1,9 @@
 import { Logger } from '@nestjs/common';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { ThrottledLogger } from '../throttled-logger.js';
+import { checkRedisOption, isRedisClient, maskUrl, type RedisClient } from './redis-options.validation.js';
 
-export type RedisClient = Redis | Cluster;
-/** What the `redis` option accepts. */
-export type RedisOption = string | RedisOptions | RedisClient;
-
-const ACCEPTED = 'a redis:// or rediss:// URL string, ioredis RedisOptions or a Redis / Cluster client';
-
-/**
- * Every key of ioredis 6's `RedisOptions`: `CommonRedisOptions` and `CommanderOptions`
- * (built/redis/RedisOptions.d.ts, built/utils/Commander.d.ts), `SentinelConnectionOptions`
- * (built/connectors/SentinelConnector/index.d.ts) and `StandaloneConnectionOptions`
- * (built/connectors/StandaloneConnector.d.ts: net's port, host, family, path, plus tls and
- * disconnectTimeout). redis-connection.spec.ts reads those files and fails when this list and they differ.
- */
-export const REDIS_OPTION_KEYS: ReadonlySet<string> = new Set([
-  // CommanderOptions
-  'keyPrefix',
-  'showFriendlyErrorStack',
-  // CommonRedisOptions
-  'Connector',
-  'retryStrategy',
-  'commandTimeout',
-  'blockingTimeout',
-  'blockingTimeoutGrace',
-  'socketTimeout',
-  'keepAlive',
-  'noDelay',
-  'connectionName',
-  'disableClientInfo',
-  'clientInfoTag',
-  'username',
-  'password',
-  'db',
-  'autoResubscribe',
-  'autoResendUnfulfilledCommands',
-  'reconnectOnError',
-  'readOnly',
-  'stringNumbers',
-  'protocol',
-  'replyMapping',
-  'connectTimeout',
-  'monitor',
-  'maxRetriesPerRequest',
-  'maxLoadingRetryTime',
-  'enableAutoPipelining',
-  'autoPipeliningIgnoredCommands',
-  'offlineQueue',
-  'commandQueue',
-  'enableOfflineQueue',
-  'enableReadyCheck',
-  'lazyConnect',
-  'scripts',
-  'himportFieldsets',
-  // SentinelConnectionOptions
-  'sentinels',
-  'name',
-  'role',
-  'tls',
-  'sentinelUsername',
-  'sentinelPassword',
-  'path',
-  'family',
-  'sentinelRetryStrategy',
-  'sentinelReconnectStrategy',
-  'preferredSlaves',
-  'disconnectTimeout',
-  'sentinelCommandTimeout',
-  'enableTLSForSentinelMode',
-  'sentinelTLS',
-  'natMap',
-  'updateSentinels',
-  'sentinelMaxConnections',
-  'failoverDetector',
-  // StandaloneConnectionOptions
-  'port',
-  'host',
-]);
-
-/** Keys people write that ioredis does not read, with what to write instead. */
-const MISTAKEN_KEYS: Record<string, string> = { hostname: 'host', pass: 'password', user: 'username', database: 'db' };
-
-export function isRedisClient(value: unknown): value is RedisClient {
-  return value instanceof Redis || value instanceof Cluster || looksLikeClient(value);
-}
-
-/** A client from another copy of ioredis (a second node_modules) is not an instance of ours. */
-function looksLikeClient(value: unknown): boolean {
-  return (
-    typeof value === 'object' &&
-    value !== null &&
-    typeof (value as RedisClient).defineCommand === 'function' &&
-    typeof (value as RedisClient).status === 'string'
-  );
-}
-
-/**
- * `url` with its password replaced by `***`, in the user-info part (`user:pass@`) and in query
- * parameters ioredis would read as one (`?password=`, `?sentinelPassword=`). Works on text that is
- * not a valid URL too, since that is where it is needed: in the message that rejects it.
- */
-export function maskUrl(url: string): string {
-  return url
-    .replace(/^([^/?#@]*\/\/)?([^/?#@:]*):([^/?#@]*)@/, (_, scheme = '', user) => `${scheme}${user}:***@`)
-    .replace(/([?&][^=&#]*pass[^=&#]*=)[^&#]*/gi, '$1***');
-}
-
-/** What a rejected value was, for the message: strings quoted (passwords masked), objects by kind. */
-function shown(value: unknown): string {
-  if (typeof value === 'string') return JSON.stringify(maskUrl(value));
-  if (value === null || typeof value !== 'object') return typeof value === 'function' ? 'a function' : String(value);
-  if (Array.isArray(value)) return 'an array';
-  const name = (value as object).constructor?.name;
-  return name && name !== 'Object' ? `a ${name}` : 'an object';
-}
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
-  const proto = Object.getPrototypeOf(value);
-  return proto === Object.prototype || proto === null;
-}
-
-/** Edit distance of two short words (option names), a swap of two neighbours counting as one edit. */
-function distance(a: string, b: string): number {
-  const d = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
-  for (let i = 1; i <= a.length; i++) {
-    for (let j = 1; j <= b.length; j++) {
-      const substitution = a[i - 1] === b[j - 1] ? 0 : 1;
-      d[i][j] = Math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + substitution);
-      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d[i][j] = Math.min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  }
-  return d[a.length][b.length];
-}
-
-/** The RedisOptions key `key` was probably meant to be, if one is close enough. */
-function closeKey(key: string): string | undefined {
-  if (MISTAKEN_KEYS[key]) return MISTAKEN_KEYS[key];
-  let best: string | undefined;
-  let bestDistance = Infinity;
-  for (const known of REDIS_OPTION_KEYS) {
-    const d = known.toLowerCase() === key.toLowerCase() ? 0 : distance(key, known);
-    if (d < bestDistance) [best, bestDistance] = [known, d];
-  }
-  return bestDistance <= Math.max(1, Math.floor(key.length / 3)) ? best : undefined;
-}
-
-function reject(detail: string): never {
-  throw new Error(`RateLimitModule: ${detail}; redis must be ${ACCEPTED}`);
-}
-
-/**
- * Checks the `redis` option and answers it as it is, or throws a start-up error that names the accepted
- * forms. A plain object may hold only keys ioredis reads: anything else (a typo, `{ url }`) would be
- * ignored by ioredis and connect to localhost:6379.
- */
-export function checkRedisOption(value: unknown): RedisOption {
-  if (isRedisClient(value)) return value;
-  if (typeof value === 'string') {
-    let protocol: string | undefined;
-    try {
-      protocol = new URL(value).protocol;
-    } catch {
-      protocol = undefined;
-    }
-    if (protocol === 'redis:' || protocol === 'rediss:') return value;
-    throw new Error(`RateLimitModule: redis must be a redis:// or rediss:// URL (got ${shown(value)})`);
-  } else if (isPlainObject(value)) {
-    for (const key of Object.keys(value)) {
-      if (key === 'url') {
-        const url = typeof value.url === 'string' ? ` (redis: ${JSON.stringify(maskUrl(value.url))})` : '';
-        reject(`redis.url is not an ioredis option: pass the URL string itself${url}`);
-      }
-      if (!REDIS_OPTION_KEYS.has(key)) {
-        const close = closeKey(key);
-        reject(`redis.${key} is not an ioredis RedisOptions key${close ? ` (did you mean "${close}"?)` : ''}`);
-      }
-    }
-    const { host, port } = value;
-    if (host !== undefined && (typeof host !== 'string' || host === '')) {
-      reject(`redis.host must be a host name or address (got ${shown(host)})`);
-    }
-    const portNumber = typeof port === 'string' && /^\d+$/.test(port) ? Number(port) : port;
-    if (port !== undefined && !(Number.isInteger(portNumber) && (portNumber as number) >= 0 && (portNumber as number) <= 65535)) {
-      reject(`redis.port must be a port number 0..65535 (got ${shown(port)})`);
-    }
-    return value as RedisOptions;
-  }
-  throw new Error(`RateLimitModule: redis must be ${ACCEPTED} (got ${shown(value)})`);
-}
+export { checkRedisOption, isRedisClient, maskUrl, type RedisClient, type RedisOption } from './redis-options.validation.js';
 
 type ClientOptions = Partial<RedisOptions> & { tls?: unknown };
 
@@ -279,7 +93,9 @@ export class RedisDiagnostics {
   private readonly tls: boolean;
   private readonly secrets: string[];
   private readonly logger = new ThrottledLogger('RateLimit');
-  private lastError: unknown;
+  private last: unknown;
+  /** While the start-up check runs, it reports connection errors itself. */
+  private muted = false;
 
   constructor(private readonly client: RedisClient) {
     this.target = describeTarget(client);
@@ -294,9 +110,25 @@ export class RedisDiagnostics {
     return this;
   }
 
+  /** The client's last connection error, as it came; undefined once connected. */
+  get lastError(): unknown {
+    return this.last;
+  }
+
+  /** Runs `check` with connection errors recorded but not logged; the next warning waits a full interval if one came. */
+  async quietly<T>(check: () => Promise<T>): Promise<T> {
+    this.muted = true;
+    try {
+      return await check();
+    } finally {
+      this.muted = false;
+      if (this.last !== undefined) this.logger.hold('warn');
+    }
+  }
+
   /** The client's last connection error, in words. */
   cause(): string | undefined {
-    return this.lastError === undefined ? undefined : this.scrub(describeCause(this.lastError, this.tls));
+    return this.last === undefined ? undefined : this.scrub(describeCause(this.last, this.tls));
   }
 
   /** The error a decision gets while the client is not connected: where, and why. */
@@ -311,7 +143,7 @@ export class RedisDiagnostics {
    * comes later must not be held back by this line.
    */
   notReadyAtStart(): void {
-    if (this.lastError !== undefined) return;
+    if (this.last !== undefined) return;
     new Logger('RateLimit').warn(
       `${this.target} is not reachable yet; decisions follow failureMode until it answers`,
     );
@@ -326,7 +158,8 @@ export class RedisDiagnostics {
   }
 
   private failed(error: unknown): void {
-    this.lastError = error;
+    this.last = error;
+    if (this.muted) return;
     this.warn(
       `Cannot connect to ${this.target}: ${describeCause(error, this.tls)}; ` +
         'decisions follow failureMode until it answers, and the client keeps retrying',
@@ -335,14 +168,15 @@ export class RedisDiagnostics {
 
   /** Connected: the recovery itself is logged by BucketService, with the decisions the outage cost. */
   private ready(): void {
-    this.lastError = undefined;
+    this.last = undefined;
   }
 
   private warn(message: string): void {
     this.logger.warn(this.scrub(message));
   }
 
-  private scrub(text: string): string {
+  /** `text` with every password of the client replaced by `***`. */
+  scrub(text: string): string {
     let scrubbed = text;
     for (const secret of this.secrets) scrubbed = scrubbed.split(secret).join('***');
     return scrubbed;
