@@ -10,6 +10,7 @@ import {
   numberHeader,
   packTarball,
   ROOT,
+  run,
   type RunningApp,
   startConsumer,
 } from './consumer.js';
@@ -26,6 +27,11 @@ export interface ConsumerFixture {
   platform: 'express' | 'fastify';
   /** The @nestjs/core version its lockfile pins. */
   nestVersion: string;
+  /**
+   * The app's own e2e tests (test/ in the fixture), as its `nest new` template runs them: the npm script,
+   * and the summary line the runner prints when they all pass.
+   */
+  ownTests?: { runner: 'Jest' | 'Vitest'; script: string; passed: RegExp };
 }
 
 /**
@@ -59,8 +65,10 @@ export function describeConsumer(fixture: ConsumerFixture): void {
     let app: RunningApp | undefined;
     let client: Redis;
 
+    let redis: string;
+
     beforeAll(async () => {
-      const url = await redisUrl();
+      const url = (redis = await redisUrl());
       client = new Redis(url);
       consumer = await installConsumer(fixture.name, await packTarball());
       await addQuickStart(consumer.dir, fixture.moduleSystem);
@@ -185,6 +193,13 @@ export function describeConsumer(fixture: ConsumerFixture): void {
         ].sort(),
       );
     });
+
+    const own = fixture.ownTests;
+    (own ? it : it.skip)(`runs the app's own ${own?.runner} e2e tests (\`npm run ${own?.script}\`) against the installed package`, async () => {
+      const result = await run('npm', ['run', own!.script], consumer!.dir, { REDIS_URL: redis, RATE_LIMIT_PREFIX: prefix });
+      const output = result.stdout + result.stderr;
+      expect([result.code, own!.passed.test(output) ? 'passed' : output]).toEqual([0, 'passed']);
+    }, 120_000);
 
     it('writes nothing to stderr: no warning from Node (require of ESM included), Nest or the library', () => {
       expect(app!.stderr()).toBe('');

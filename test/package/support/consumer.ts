@@ -57,9 +57,9 @@ function lowerPriority(child: ChildProcess): void {
 }
 
 /** Runs a command to completion (any exit code); `npm` is npm's own CLI. */
-export function run(command: string, args: string[], cwd: string): Promise<RunResult> {
+export function run(command: string, args: string[], cwd: string, env: Record<string, string> = {}): Promise<RunResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd, env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command, args, { cwd, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
     lowerPriority(child);
     let stdout = '';
     let stderr = '';
