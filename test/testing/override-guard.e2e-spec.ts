@@ -7,9 +7,10 @@ import { LogRecorder } from '../support/log-recorder.js';
 import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../support/redis.js';
 
 /**
- * @nestjs/testing's `overrideGuard(RateLimitGuard)` replaces the guard the module puts in front of every
- * route, as `overrideGuard(ThrottlerGuard)` does for @nestjs/throttler: a stub that allows switches the
- * limits off for that test module, the interceptor's policies (keyed by user) included.
+ * The guard the module puts in front of every route is a provider (`RateLimitGuard`), so @nestjs/testing's
+ * `overrideProvider(RateLimitGuard)` replaces it: a stub that allows switches the limits off for that test
+ * module, the interceptor's policies (keyed by a function, by user) included. `overrideGuard()` reaches
+ * only guards applied with `@UseGuards()` (Nest's rule, for every global guard): the README says so.
  */
 
 @Controller('by-ip')
@@ -30,8 +31,8 @@ class ByFunctionController {
   }
 }
 
-describe('overrideGuard(RateLimitGuard) in a Nest testing module', () => {
-  const prefix = testPrefix('override-guard');
+describe('overrideProvider(RateLimitGuard) in a Nest testing module', () => {
+  const prefix = testPrefix('override-provider');
   const recorder = new LogRecorder();
   let client: Redis;
   let app: INestApplication | undefined;
@@ -81,7 +82,7 @@ describe('overrideGuard(RateLimitGuard) in a Nest testing module', () => {
   });
 
   it('useValue({ canActivate: () => true }) lets 5 of 5 through on an IP-keyed and a function-keyed route, without headers, keys or warnings', async () => {
-    await start('off', (builder) => builder.overrideGuard(RateLimitGuard).useValue({ canActivate: () => true }), [
+    await start('off', (builder) => builder.overrideProvider(RateLimitGuard).useValue({ canActivate: () => true }), [
       ByIpController,
       ByFunctionController,
     ]);
@@ -91,8 +92,22 @@ describe('overrideGuard(RateLimitGuard) in a Nest testing module', () => {
     expect(recorder.lines.filter((line) => line.level !== 'log')).toEqual([]);
   });
 
-  it('a stub that refuses refuses every route with 403, as the replaced guard would be used', async () => {
-    await start('deny', (builder) => builder.overrideGuard(RateLimitGuard).useValue({ canActivate: () => false }), [ByIpController]);
+  it('overrideGuard(RateLimitGuard) does not reach the global guard (only @UseGuards() ones): limits stay on', async () => {
+    await start('guard', (builder) => builder.overrideGuard(RateLimitGuard).useValue({ canActivate: () => true }), [ByIpController]);
+    expect((await statuses('/by-ip', 3)).map(([status]) => status)).toEqual([200, 200, 429]);
+  });
+
+  it('guard: false registers no global guard, so an override has nothing to replace and the app starts only with its own guard in place', async () => {
+    const builder = Test.createTestingModule({
+      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: `${prefix}none:`, guard: false })],
+      controllers: [ByIpController],
+    }).overrideProvider(RateLimitGuard).useValue({ canActivate: () => true });
+    app = (await builder.compile()).createNestApplication({ logger: false });
+    await expect(app.init()).rejects.toThrow('no RateLimitGuard runs on ByIpController.get');
+  });
+
+  it('a stub that refuses answers 403 on every route: the stub is the global guard', async () => {
+    await start('deny', (builder) => builder.overrideProvider(RateLimitGuard).useValue({ canActivate: () => false }), [ByIpController]);
     expect(await statuses('/by-ip', 2)).toEqual([
       [403, null],
       [403, null],
