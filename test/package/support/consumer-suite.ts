@@ -194,6 +194,28 @@ export function describeConsumer(fixture: ConsumerFixture): void {
       );
     });
 
+    it('gives import and require() one implementation: the same classes, tokens and symbols, so instanceof and DI hold across both', async () => {
+      const script = `
+        import { createRequire } from 'node:module';
+        const imported = await import('nest-redis-rate-limit');
+        const required = createRequire(process.cwd() + '/')('nest-redis-rate-limit');
+        const names = Object.keys(imported).filter((name) => name !== 'default');
+        const different = names.filter((name) => imported[name] !== required[name]);
+        const error = new required.RateLimitTimeoutError(100);
+        console.log(JSON.stringify({
+          names: names.length,
+          required: Object.keys(required).filter((name) => name !== '__esModule').length,
+          different,
+          instanceOf: error instanceof imported.RateLimitTimeoutError,
+          kinds: [typeof imported.RateLimitModule, typeof imported.RATE_LIMIT_OPTIONS],
+        }));`;
+      const result = await run(process.execPath, ['--input-type=module', '-e', script], consumer!.dir);
+      expect(result.stderr).toBe('');
+      const seen = JSON.parse(result.stdout) as { names: number; required: number };
+      expect(seen.names).toBeGreaterThan(20);
+      expect(seen).toEqual({ names: seen.names, required: seen.names, different: [], instanceOf: true, kinds: ['function', 'symbol'] });
+    });
+
     const own = fixture.ownTests;
     (own ? it : it.skip)(`runs the app's own ${own?.runner} e2e tests (\`npm run ${own?.script}\`) against the installed package`, async () => {
       const result = await run('npm', ['run', own!.script], consumer!.dir, { REDIS_URL: redis, RATE_LIMIT_PREFIX: prefix });
