@@ -50,7 +50,7 @@ describe('the packed tarball', () => {
     const cjs = await extract('dist/cjs/index.js');
     expect(cjs).toMatch(/^"use strict";/);
     expect(cjs).not.toMatch(/^export /m);
-    const names = [...cjs.matchAll(/^Object\.defineProperty\(exports, "(\w+)"/gm)].map((m) => m[1]!).sort();
+    const names = [...cjs.matchAll(/^Object\.defineProperty\(exports, "(\w+)"/gm)].map((m) => m[1]!).filter((name) => name !== '__esModule').sort();
     expect(names).toContain('RateLimitException');
     const esm = await extract('dist/esm/index.js');
     expect(esm).toMatch(/^import build from '\.\.\/cjs\/index\.js';$/m);

@@ -219,7 +219,8 @@ export function describeConsumer(fixture: ConsumerFixture): void {
     const own = fixture.ownTests;
     (own ? it : it.skip)(`runs the app's own ${own?.runner} e2e tests (\`npm run ${own?.script}\`) against the installed package`, async () => {
       const result = await run('npm', ['run', own!.script], consumer!.dir, { REDIS_URL: redis, RATE_LIMIT_PREFIX: prefix });
-      const output = result.stdout + result.stderr;
+      // Without the runner's colours.
+      const output = (result.stdout + result.stderr).replace(/\x1b\[[0-9;]*m/g, '');
       expect([result.code, own!.passed.test(output) ? 'passed' : output]).toEqual([0, 'passed']);
     }, 120_000);
 
