@@ -217,6 +217,16 @@ export function describeConsumer(fixture: ConsumerFixture): void {
     });
 
     const own = fixture.ownTests;
+    (own ? it : it.skip)("uses the README's \"Testing your app\" snippets in its own e2e test, as written there", async () => {
+      const readme = await readFile(join(ROOT, 'README.md'), 'utf8');
+      const section = /^## Testing your app\n([\s\S]*?)^## /m.exec(readme)?.[1] ?? '';
+      const blocks = [...section.matchAll(/^ *```ts\n([\s\S]*?)^ *```$/gm)].map((m) => m[1]!);
+      expect(blocks).toHaveLength(2);
+      const lines = (text: string) => text.split('\n').map((line) => line.trim()).filter(Boolean).join('\n');
+      const spec = lines(await readFile(join(consumer!.dir, 'test/app.e2e-spec.ts'), 'utf8'));
+      for (const block of blocks) expect([spec.includes(lines(block)), lines(block)]).toEqual([true, lines(block)]);
+    });
+
     (own ? it : it.skip)(`runs the app's own ${own?.runner} e2e tests (\`npm run ${own?.script}\`) against the installed package`, async () => {
       const result = await run('npm', ['run', own!.script], consumer!.dir, { REDIS_URL: redis, RATE_LIMIT_PREFIX: prefix });
       // Without the runner's colours.
