@@ -1,6 +1,7 @@
 import { readdir, readFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { FIXTURES, packTarball, ROOT, runOk } from './support/consumer.js';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { FIXTURES, packTarball, ROOT, run, runOk } from './support/consumer.js';
 
 /** What `npm pack --workspace libs/rate-limit` puts in the tarball, and the contract in its package.json. */
 
@@ -27,18 +28,42 @@ describe('the packed tarball', () => {
 
   const extract = async (file: string) => (await runOk('tar', ['-xzOf', tarball, `package/${file}`], ROOT)).stdout;
 
-  it('holds the built dist, README.md, LICENSE and package.json, and no sources, specs or build info', () => {
-    expect(files.filter((file) => !file.startsWith('package/dist/'))).toEqual([
+  it('holds one CommonJS build (dist/cjs), an ESM entry that re-exports it (dist/esm), README.md, LICENSE and package.json, and no sources, specs or build info', () => {
+    expect(files.filter((file) => !file.startsWith('package/dist/cjs/'))).toEqual([
       'package/LICENSE',
       'package/README.md',
+      'package/dist/esm/index.d.ts',
+      'package/dist/esm/index.js',
       'package/package.json',
     ]);
-    expect(files).toContain('package/dist/index.js');
-    expect(files).toContain('package/dist/index.d.ts');
+    expect(files).toContain('package/dist/cjs/package.json');
+    expect(files).toContain('package/dist/cjs/index.js');
+    expect(files).toContain('package/dist/cjs/index.d.ts');
     expect(files.filter((file) => /\.spec\.|tsbuildinfo|\.ts$/.test(file) && !file.endsWith('.d.ts'))).toEqual([]);
     const modules = files.filter((file) => file.endsWith('.js'));
     expect(modules.length).toBeGreaterThan(20);
     for (const module of modules) expect(files).toContain(module.replace(/\.js$/, '.d.ts'));
+  });
+
+  it('marks dist/cjs as CommonJS and makes dist/esm/index.js import it and re-export every name it exports', async () => {
+    expect(JSON.parse(await extract('dist/cjs/package.json'))).toEqual({ type: 'commonjs' });
+    const cjs = await extract('dist/cjs/index.js');
+    expect(cjs).toMatch(/^"use strict";/);
+    expect(cjs).not.toMatch(/^export /m);
+    const names = [...cjs.matchAll(/^Object\.defineProperty\(exports, "(\w+)"/gm)].map((m) => m[1]!).filter((name) => name !== '__esModule').sort();
+    expect(names).toContain('RateLimitException');
+    const esm = await extract('dist/esm/index.js');
+    expect(esm).toMatch(/^import build from '\.\.\/cjs\/index\.js';$/m);
+    const exported = /export const \{([^}]*)\} = build;/.exec(esm)?.[1]?.split(',').map((name) => name.trim()).filter(Boolean);
+    expect(exported).toEqual(names);
+    expect(await extract('dist/esm/index.d.ts')).toMatch(/^export \* from '\.\.\/cjs\/index\.js';$/m);
+  });
+
+  it('has types that resolve for require() and import under node10, node16 and bundler resolution (@arethetypeswrong/cli finds no problem)', async () => {
+    const attw = join(dirname(createRequire(import.meta.url).resolve('@arethetypeswrong/cli/package.json')), 'dist/index.js');
+    const checked = await run(process.execPath, [attw, tarball, '--no-color'], ROOT);
+    const output = checked.stdout + checked.stderr;
+    expect([checked.code, /No problems found/.test(output) ? 'no problems' : output]).toEqual([0, 'no problems']);
   });
 
   it("ships the repository's README and the MIT license", async () => {
@@ -46,17 +71,21 @@ describe('the packed tarball', () => {
     expect(await extract('LICENSE')).toMatch(/^MIT License\n/);
   });
 
-  it('declares a public ESM package: exports types + default, one runtime dependency (the OpenTelemetry API), the proven peer ranges', async () => {
+  it('declares a public package with require and import conditions, each with its types; one runtime dependency (the OpenTelemetry API), the proven peer ranges', async () => {
     const manifest = JSON.parse(await extract('package.json')) as Record<string, unknown>;
     expect(manifest).toMatchObject({
       name: 'nest-redis-rate-limit',
       license: 'MIT',
       type: 'module',
-      types: './dist/index.d.ts',
+      main: './dist/cjs/index.js',
+      types: './dist/cjs/index.d.ts',
       sideEffects: false,
       engines: { node: '^20.19.0 || >=22.12.0' },
       exports: {
-        '.': { types: './dist/index.d.ts', default: './dist/index.js' },
+        '.': {
+          import: { types: './dist/esm/index.d.ts', default: './dist/esm/index.js' },
+          require: { types: './dist/cjs/index.d.ts', default: './dist/cjs/index.js' },
+        },
         './package.json': './package.json',
       },
     });

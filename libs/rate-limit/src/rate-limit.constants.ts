@@ -4,6 +4,11 @@ export const RATE_LIMIT_POLICIES = 'RATE_LIMIT:POLICIES';
 export const RATE_LIMIT_SKIP = 'RATE_LIMIT:SKIP';
 /** Static property naming what a class of this library is (`'guard'` or `'interceptor'`), also on subclasses. */
 export const RATE_LIMIT_ENHANCER = Symbol('RATE_LIMIT:ENHANCER');
+/**
+ * Injection token (internal): true when the module's global guard is not a `RateLimitGuard` although
+ * `guard` is on, i.e. a test replaced it (`overrideGuard(RateLimitGuard).useValue(...)` in @nestjs/testing).
+ */
+export const RATE_LIMIT_GUARD_REPLACED = Symbol('RATE_LIMIT:GUARD_REPLACED');
 /** Property of the request object where the guard leaves its verdict (`RateLimitState`) for code that runs after it. */
 export const RATE_LIMIT_VERDICT = Symbol('RATE_LIMIT:VERDICT');
 

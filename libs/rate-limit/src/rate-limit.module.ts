@@ -1,4 +1,4 @@
-import { type DynamicModule, Module } from '@nestjs/common';
+import { type CanActivate, type DynamicModule, Module } from '@nestjs/common';
 import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { BucketService } from './bucket/bucket.service.js';
 import { RateLimitGuard } from './guards/rate-limit.guard.js';
@@ -7,6 +7,7 @@ import { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
 import { RateLimitEvents } from './events/rate-limit-events.js';
 import { RateLimitMetrics } from './metrics/rate-limit-metrics.js';
 import { needsInterceptor } from './policies/policy.js';
+import { RATE_LIMIT_ENHANCER, RATE_LIMIT_GUARD_REPLACED } from './rate-limit.constants.js';
 import { PolicyRegistry } from './policies/policy-registry.js';
 import {
   ConfigurableRateLimitModule,
@@ -77,12 +78,20 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
     RouteLimiter,
     // Puts RateLimitInterceptor on WebSocket and microservice handlers with a policy, at creation.
     TransportHandlers,
-    // A factory that gives null registers nothing: Nest skips it.
+    // A provider of its own, so that @nestjs/testing's overrideGuard(RateLimitGuard) replaces the global guard.
+    RateLimitGuard,
+    // A factory that gives null registers nothing: Nest skips it (`guard: false`).
     {
       provide: APP_GUARD,
-      useFactory: (options: ResolvedRateLimitOptions, moduleRef: ModuleRef) =>
-        options.guard ? new RateLimitGuard(moduleRef) : null,
-      inject: [RATE_LIMIT_OPTIONS, ModuleRef],
+      useFactory: (options: ResolvedRateLimitOptions, guard: CanActivate) => (options.guard ? guard : null),
+      inject: [RATE_LIMIT_OPTIONS, RateLimitGuard],
+    },
+    // A test that replaced the guard with a stub switches the interceptor's policies off too.
+    {
+      provide: RATE_LIMIT_GUARD_REPLACED,
+      useFactory: (options: ResolvedRateLimitOptions, guard: CanActivate) =>
+        options.guard && !(RATE_LIMIT_ENHANCER in guard.constructor),
+      inject: [RATE_LIMIT_OPTIONS, RateLimitGuard],
     },
     {
       provide: APP_INTERCEPTOR,

@@ -10,6 +10,7 @@ import {
   numberHeader,
   packTarball,
   ROOT,
+  run,
   type RunningApp,
   startConsumer,
 } from './consumer.js';
@@ -26,6 +27,11 @@ export interface ConsumerFixture {
   platform: 'express' | 'fastify';
   /** The @nestjs/core version its lockfile pins. */
   nestVersion: string;
+  /**
+   * The app's own e2e tests (test/ in the fixture), as its `nest new` template runs them: the npm script,
+   * and the summary line the runner prints when they all pass.
+   */
+  ownTests?: { runner: 'Jest' | 'Vitest'; script: string; passed: RegExp };
 }
 
 /**
@@ -59,8 +65,10 @@ export function describeConsumer(fixture: ConsumerFixture): void {
     let app: RunningApp | undefined;
     let client: Redis;
 
+    let redis: string;
+
     beforeAll(async () => {
-      const url = await redisUrl();
+      const url = (redis = await redisUrl());
       client = new Redis(url);
       consumer = await installConsumer(fixture.name, await packTarball());
       await addQuickStart(consumer.dir, fixture.moduleSystem);
@@ -185,6 +193,46 @@ export function describeConsumer(fixture: ConsumerFixture): void {
         ].sort(),
       );
     });
+
+    it('gives import and require() one implementation: the same classes, tokens and symbols, so instanceof and DI hold across both', async () => {
+      const script = `
+        import { createRequire } from 'node:module';
+        const imported = await import('nest-redis-rate-limit');
+        const required = createRequire(process.cwd() + '/')('nest-redis-rate-limit');
+        const names = Object.keys(imported).filter((name) => name !== 'default');
+        const different = names.filter((name) => imported[name] !== required[name]);
+        const error = new required.RateLimitTimeoutError(100);
+        console.log(JSON.stringify({
+          names: names.length,
+          required: Object.keys(required).filter((name) => name !== '__esModule').length,
+          different,
+          instanceOf: error instanceof imported.RateLimitTimeoutError,
+          kinds: [typeof imported.RateLimitModule, typeof imported.RATE_LIMIT_OPTIONS],
+        }));`;
+      const result = await run(process.execPath, ['--input-type=module', '-e', script], consumer!.dir);
+      expect(result.stderr).toBe('');
+      const seen = JSON.parse(result.stdout) as { names: number; required: number };
+      expect(seen.names).toBeGreaterThan(20);
+      expect(seen).toEqual({ names: seen.names, required: seen.names, different: [], instanceOf: true, kinds: ['function', 'symbol'] });
+    });
+
+    const own = fixture.ownTests;
+    (own ? it : it.skip)("uses the README's \"Testing your app\" snippets in its own e2e test, as written there", async () => {
+      const readme = await readFile(join(ROOT, 'README.md'), 'utf8');
+      const section = /^## Testing your app\n([\s\S]*?)^## /m.exec(readme)?.[1] ?? '';
+      const blocks = [...section.matchAll(/^ *```ts\n([\s\S]*?)^ *```$/gm)].map((m) => m[1]!);
+      expect(blocks).toHaveLength(2);
+      const lines = (text: string) => text.split('\n').map((line) => line.trim()).filter(Boolean).join('\n');
+      const spec = lines(await readFile(join(consumer!.dir, 'test/app.e2e-spec.ts'), 'utf8'));
+      for (const block of blocks) expect([spec.includes(lines(block)), lines(block)]).toEqual([true, lines(block)]);
+    });
+
+    (own ? it : it.skip)(`runs the app's own ${own?.runner} e2e tests (\`npm run ${own?.script}\`) against the installed package`, async () => {
+      const result = await run('npm', ['run', own!.script], consumer!.dir, { REDIS_URL: redis, RATE_LIMIT_PREFIX: prefix });
+      // Without the runner's colours.
+      const output = (result.stdout + result.stderr).replace(/\x1b\[[0-9;]*m/g, '');
+      expect([result.code, own!.passed.test(output) ? 'passed' : output]).toEqual([0, 'passed']);
+    }, 120_000);
 
     it('writes nothing to stderr: no warning from Node (require of ESM included), Nest or the library', () => {
       expect(app!.stderr()).toBe('');

@@ -57,9 +57,9 @@ function lowerPriority(child: ChildProcess): void {
 }
 
 /** Runs a command to completion (any exit code); `npm` is npm's own CLI. */
-export function run(command: string, args: string[], cwd: string): Promise<RunResult> {
+export function run(command: string, args: string[], cwd: string, env: Record<string, string> = {}): Promise<RunResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd, env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command, args, { cwd, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
     lowerPriority(child);
     let stdout = '';
     let stderr = '';
@@ -140,7 +140,7 @@ let tarballPromise: Promise<string> | undefined;
 
 /**
  * The tarball of `npm pack --workspace libs/rate-limit` (prepack builds dist and adds the README), packed
- * once per content: the hash covers the library's sources, package.json, LICENSE, tsconfigs and README.
+ * once per content: the hash covers the library's sources, package.json, LICENSE, tsconfigs, build script and README.
  */
 export function packTarball(): Promise<string> {
   tarballPromise ??= (async () => {
@@ -149,6 +149,7 @@ export function packTarball(): Promise<string> {
       join(LIBRARY, 'package.json'),
       join(LIBRARY, 'LICENSE'),
       join(LIBRARY, 'tsconfig.lib.json'),
+      join(LIBRARY, 'scripts/esm-entry.mjs'),
       join(ROOT, 'tsconfig.json'),
       join(ROOT, 'README.md'),
     ];

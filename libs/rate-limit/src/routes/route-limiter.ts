@@ -24,7 +24,12 @@ import { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js'
 import { createDigest, type Digest, ipIdentity, routeIdentity, routeKey } from '../keys/identity.js';
 import type { CompiledPolicy } from '../policies/policy.js';
 import { handlerKind, PolicyRegistry, type RoutePlan } from '../policies/policy-registry.js';
-import { RATE_LIMIT_ENHANCER, RATE_LIMIT_POLICIES, RATE_LIMIT_VERDICT } from '../rate-limit.constants.js';
+import {
+  RATE_LIMIT_ENHANCER,
+  RATE_LIMIT_GUARD_REPLACED,
+  RATE_LIMIT_POLICIES,
+  RATE_LIMIT_VERDICT,
+} from '../rate-limit.constants.js';
 import { isEventHandler, refusalFor } from '../contexts/transport-errors.js';
 import { type CallKind, type LimitedCall, limitedCall } from '../contexts/limited-call.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
@@ -143,6 +148,8 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     private readonly events: RateLimitEvents,
     @Inject(BucketStore) private readonly store: BucketStore,
     moduleRef: ModuleRef,
+    /** A test replaced the module's guard (`overrideGuard(RateLimitGuard)`): what it left undecided stays so. */
+    @Inject(RATE_LIMIT_GUARD_REPLACED) private readonly guardReplaced: boolean,
   ) {
     this.hash = createDigest(options.secret);
     this.hookDeadlines = new Deadlines(options.timeoutMs);
@@ -277,7 +284,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     const plan = this.registry.planFor(context.getClass(), context.getHandler());
     if (plan === null) return undefined;
     const state: RequestState | undefined = call.carrier[RATE_LIMIT_VERDICT];
-    if (state === undefined) return this.withoutGuard(context, plan, call);
+    if (state === undefined) return this.guardReplaced ? undefined : this.withoutGuard(context, plan, call);
     if (state.settled) return undefined;
     state.settled = true;
     if (state.exempt) return undefined;
