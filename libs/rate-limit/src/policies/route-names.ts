@@ -36,7 +36,10 @@ function whereRoutesAre(type: Function, modules: readonly Function[], applicatio
     const port: unknown = Reflect.getMetadata(GATEWAY_PORT, type);
     text = `@ws${port ? `:${String(port)}` : ''}/${gateway.namespace === undefined ? '' : String(gateway.namespace).replace(/^\//, '')}`;
   } else if (Reflect.hasMetadata(PATH_METADATA, type)) {
-    const modulePaths = modules.map((module) => Reflect.getMetadata(MODULE_PATH + applicationId, module) ?? Reflect.getMetadata(MODULE_PATH, module) ?? '');
+    // RouterModule's path of each module registering the class (read as Nest's RoutesResolver reads it).
+    const modulePath = (module: Function): string =>
+      Reflect.getMetadata(MODULE_PATH + applicationId, module) ?? Reflect.getMetadata(MODULE_PATH, module) ?? '';
+    const modulePaths = modules.length > 0 ? modules.map(modulePath) : [''];
     const paths = [Reflect.getMetadata(PATH_METADATA, type)].flat().map(String);
     const full = new Set(modulePaths.flatMap((modulePath: string) => paths.map((path) => normalize(`${modulePath}/${path}`))));
     text = `@${[...full].sort().join(',')}`;
