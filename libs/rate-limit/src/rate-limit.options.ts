@@ -13,7 +13,7 @@ export type StartupCheck = 'default' | 'strict' | false;
 export interface RateLimitKeyOptions {
   /** Request header that carries the API key for `keyBy: 'apiKey'`. Default `'x-api-key'`. */
   apiKeyHeader?: string;
-  /** The user id for `keyBy: 'user'`. Default: `req.user.id`. */
+  /** The user id for `keyBy: 'user'`. Default: `req.user.id`, else `req.user.userId`, else `req.user.sub`. */
   user?: (request: any) => string | number | undefined;
   /**
    * The verified API key (or the identity it belongs to, after a lookup) for `keyBy: 'apiKey'`; undefined

@@ -15,7 +15,7 @@ export type DecisionOutcome =
 export interface RateLimitDecisionEvent {
   /** `Controller.handler`. */
   route: string;
-  /** The policy's bucket scope: its `name`, or `Controller.handler` (`#i` for stacked unnamed policies). Bounded: one per policy. */
+  /** The policy's bucket scope: its `name`, or `Controller.handler` (`#i` for stacked unnamed policies; paths or version appended when classes share a name). Bounded: one per policy. */
   scope: string;
   outcome: DecisionOutcome;
   /** How it was decided: the store, the deny cache, or `failureMode`. */

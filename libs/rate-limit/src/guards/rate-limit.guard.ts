@@ -40,7 +40,7 @@ export class RateLimitGuard implements CanActivate, OnModuleInit {
     return this.routeLimiter.defaultHooks.getIp(request);
   }
 
-  /** The user id for `keyBy: 'user'`. Default: `keys.user(req)`, else `req.user.id`. */
+  /** The user id for `keyBy: 'user'`. Default: `keys.user(req)`, else `req.user.id`, `userId` or `sub`. */
   protected getUserId(request: any): string | number | undefined {
     return this.routeLimiter.defaultHooks.getUserId(request);
   }

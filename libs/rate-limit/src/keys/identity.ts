@@ -104,7 +104,7 @@ export function serviceKey(prefix: string, name: string, hash: Digest = digest):
  * Whose route bucket, as `BucketService.peekRoute()` / `resetRoute()` take it — the identities the route
  * limiter finds on a request, one kind each:
  * - `{ ip }`: the client address (`keyBy: 'ip'`, and the fallback of every other keyBy);
- * - `{ user }`: the user id (`keyBy: 'user'`, from `keys.user` or `req.user.id`);
+ * - `{ user }`: the user id (`keyBy: 'user'`, from `keys.user` or `req.user.id` / `userId` / `sub`);
  * - `{ apiKey }`: the API key (`keyBy: 'apiKey'`), as `keys.apiKey` returns it, else the raw header value;
  * - `{ id }`: what a keyBy function returned.
  */

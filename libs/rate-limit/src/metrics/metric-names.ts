@@ -20,7 +20,7 @@ export const RateLimitMetricNames = {
 } as const;
 
 export const RateLimitMetricAttributes = {
-  /** The policy's bucket scope: its `name`, or `Controller.handler` (one value per policy, never an identity). */
+  /** The policy's bucket scope: its `name`, or `Controller.handler` (paths or version appended when classes share a name; one value per policy, never an identity). */
   scope: 'ratelimit.scope',
   /** `allowed`, `denied` or `shadow-denied`. */
   outcome: 'ratelimit.outcome',

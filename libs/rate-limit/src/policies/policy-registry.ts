@@ -1,15 +1,19 @@
 import { Inject, Injectable, type Type } from '@nestjs/common';
 import { PATH_METADATA } from '@nestjs/common/constants.js';
-import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { DiscoveryService, MetadataScanner, ModulesContainer } from '@nestjs/core';
 import { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 import type { RateLimitPolicy } from '../rate-limit.interfaces.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import { type CompiledPolicy, compilePolicy, type PolicyContext } from './policy.js';
+import { scopeSuffixes } from './route-names.js';
 
 /** The policies of one limited route, split by the phase that decides them. */
 export interface RoutePlan {
-  /** `Controller.handler`, for messages. */
+  /**
+   * `Controller.handler`, for messages, and the scope of its unnamed policies; with what tells its routes
+   * apart appended (`UsersController.list@/v2/users`) when another limited class has the same name.
+   */
   route: string;
   /** Every policy, in the order the decorators are written. */
   policies: readonly CompiledPolicy[];
@@ -61,11 +65,16 @@ export function handlerKind(handler: Function): HandlerKind | undefined {
 export class PolicyRegistry {
   private readonly plans = new Map<Function, Map<Function, RoutePlan | null>>();
   private readonly context: PolicyContext;
+  /** What start-up appended to the routes of classes whose name another limited class has. */
+  private suffixes = new Map<Function, string>();
+  /** The policies that took their route's scope (no `name`). */
+  private readonly unnamed = new WeakSet<CompiledPolicy>();
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
+    private readonly modules: ModulesContainer,
   ) {
     this.context = { apiKeyVerified: options.apiKey !== undefined, enforce: options.enforce };
   }
@@ -77,12 +86,52 @@ export class PolicyRegistry {
   discoverRoutes(): void {
     // Checked even when no route uses them yet.
     this.compile(this.options.defaults, 'the module options', true);
+    const registrations = new Map<Function, Function[]>();
+    const handlers = new Map<Function, Function[]>();
     for (const wrapper of [...this.discovery.getControllers(), ...this.discovery.getProviders()]) {
       const type = wrapper.metatype as Type | null;
       if (!type || typeof type !== 'function' || !type.prototype) continue;
-      for (const name of this.scanner.getAllMethodNames(type.prototype)) {
-        const handler = type.prototype[name] as Function;
-        if (handlerKind(handler) !== undefined) this.planFor(type, handler);
+      if (!handlers.has(type)) {
+        const found = this.scanner.getAllMethodNames(type.prototype).map((name) => type.prototype[name] as Function);
+        handlers.set(type, found.filter((handler) => handlerKind(handler) !== undefined));
+      }
+      const module = wrapper.host?.metatype;
+      if (!this.mayTakeRouteScope(type, handlers.get(type)!)) continue;
+      registrations.set(type, [...(registrations.get(type) ?? []), ...(module ? [module] : [])]);
+    }
+    this.suffixes = scopeSuffixes(registrations, this.modules.applicationId);
+    for (const [type, found] of handlers) for (const handler of found) this.planFor(type, handler);
+    this.assertUnnamedScopesUnique(registrations);
+  }
+
+  /** A handler of the class may have a policy without a name (its own, its class's, or a module default). */
+  private mayTakeRouteScope(type: Function, handlers: readonly Function[]): boolean {
+    return handlers.some((handler) => {
+      const policies: RateLimitPolicy[] =
+        Reflect.getOwnMetadata(RATE_LIMIT_POLICIES, handler) ?? Reflect.getMetadata(RATE_LIMIT_POLICIES, type) ?? this.options.defaults;
+      return policies.some((policy) => policy?.name === undefined);
+    });
+  }
+
+  /**
+   * Two different classes of one name whose routes nothing tells apart would share every unnamed bucket:
+   * stop the start, naming both (one class registered in two modules is one class, and no clash).
+   */
+  private assertUnnamedScopesUnique(registrations: ReadonlyMap<Function, readonly Function[]>): void {
+    const owners = new Map<string, Function>();
+    for (const { controller, plan } of this.routes()) {
+      for (const policy of plan?.policies ?? []) {
+        if (!this.unnamed.has(policy)) continue;
+        const owner = owners.get(policy.scope);
+        if (owner === undefined) owners.set(policy.scope, controller);
+        if (owner === undefined || owner === controller) continue;
+        const where = (type: Function) => `in ${(registrations.get(type) ?? []).map((module) => module.name).join(', ') || 'no module'}`;
+        throw new Error(
+          `Two classes named ${controller.name} (${where(owner)} and ${where(controller)}) have the same unnamed rate-limit ` +
+            `scope "${policy.scope}": their requests would share buckets, and nothing tells their routes apart (an HTTP ` +
+            "controller's path, version or host, a gateway's port or namespace). Name the policies of one of them, " +
+            "@RateLimit({ ..., name: 'a-name-of-its-own' }), or rename one class",
+        );
       }
     }
   }
@@ -104,7 +153,7 @@ export class PolicyRegistry {
   }
 
   private resolve(controller: Function, handler: Function): RoutePlan | null {
-    const route = `${controller.name}.${handler.name}`;
+    const route = `${controller.name}.${handler.name}${this.suffixes.get(controller) ?? ''}`;
     const handlerSkip: unknown = Reflect.getMetadata(RATE_LIMIT_SKIP, handler);
     const controllerSkip: unknown = Reflect.getMetadata(RATE_LIMIT_SKIP, controller);
     if (handlerSkip === true) return null;
@@ -143,6 +192,9 @@ export class PolicyRegistry {
         defaults ? `RateLimitModule defaults[${i}]` : '@RateLimit',
       ),
     );
+    compiled.forEach((policy, i) => {
+      if (chosen[i].name === undefined) this.unnamed.add(policy);
+    });
     const buckets = compiled.map((p) => `${typeof p.keyBy === 'function' ? p.keyBy.name : p.keyBy}|${p.scope}`);
     if (new Set(buckets).size !== buckets.length) {
       throw new Error(

@@ -22,6 +22,7 @@ import { Deadlines, RateLimitTimeoutError } from '../bucket/with-timeout.js';
 import { type BucketRequest, toDecision } from '../bucket/token-bucket.js';
 import { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js';
 import { createDigest, type Digest, ipIdentity, routeIdentity, routeKey } from '../keys/identity.js';
+import { defaultUserId, isUserId, noUserWarning } from '../keys/user-identity.js';
 import type { CompiledPolicy } from '../policies/policy.js';
 import { handlerKind, PolicyRegistry, type RoutePlan } from '../policies/policy-registry.js';
 import {
@@ -160,7 +161,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     const apiKeyHeader = options.apiKeyHeader;
     this.defaultHooks = {
       getIp: (request) => request.ip ?? request.socket?.remoteAddress,
-      getUserId: options.user ?? ((request) => request.user?.id),
+      getUserId: options.user ?? defaultUserId,
       getApiKey:
         options.apiKey ??
         ((request) => {
@@ -603,16 +604,16 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
       } catch (error) {
         this.logger.warn(`keys.user threw (${describeError(error)}); using the IP bucket`);
       }
-      if ((typeof user === 'string' && user !== '') || (typeof user === 'number' && Number.isFinite(user))) {
+      if (isUserId(user)) {
         const value = String(user);
         return { kind: 'user', value, id: routeIdentity({ user: value }, this.hash) };
       }
-      this.once(
-        `nouser|${plan.route}|${policy.scope}`,
-        `keyBy 'user' on ${plan.route}${policy.scope === plan.route ? '' : ` (${policy.scope})`} found no user (${this.options.user ? 'keys.user' : 'req.user.id'} ` +
-          `gave ${user === '' ? 'an empty string' : String(user)}): those requests are limited by IP. If the route is ` +
-          'meant for signed-in users, put your auth guard on it (the policy is decided after it)',
-      );
+      const key = `nouser|${plan.route}|${policy.scope}`;
+      if (!this.said.has(key)) {
+        const where = `${plan.route}${policy.scope === plan.route ? '' : ` (${policy.scope})`}`;
+        const guarded = this.appGuardsRunOn(context.getClass(), context.getHandler());
+        this.once(key, noUserWarning(where, request, guarded, this.options.user === undefined ? undefined : { got: user }));
+      }
       return ipWho(hooks.getIp(request));
     }
     if (keyBy === 'apiKey') return this.apiKeyIdentity(request, hooks);
@@ -652,6 +653,17 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   private bounded<T>(answer: T | PromiseLike<T>): T | Promise<T> {
     const thenable = typeof (answer as PromiseLike<T> | null)?.then === 'function';
     return thenable ? this.hookDeadlines.race(Promise.resolve(answer)) : (answer as T);
+  }
+
+  /** Whether a guard of the app (not ours) runs on a handler: global, on its class or on itself. */
+  private appGuardsRunOn(controller: Function, handler: Function): boolean {
+    const guards: unknown[] = [
+      ...this.config.getGlobalGuards(),
+      ...this.config.getGlobalRequestGuards().map((wrapper) => wrapper.instance ?? wrapper.metatype),
+      ...(Reflect.getMetadata(GUARDS_METADATA, controller) ?? []),
+      ...(Reflect.getMetadata(GUARDS_METADATA, handler) ?? []),
+    ];
+    return guards.some((guard) => guard != null && !isOurs(guard));
   }
 
   private guardRanTwice(plan: RoutePlan, first: object | undefined, second: object): void {
