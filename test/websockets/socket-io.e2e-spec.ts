@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { type CanActivate, type ExecutionContext, type INestApplication, Injectable, Module, UseGuards } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { IoAdapter } from '@nestjs/platform-socket.io';
@@ -91,6 +92,27 @@ class IoGateway implements OnGatewayInit {
   }
 }
 
+/**
+ * The README's ChatGateway (section "WebSockets"): its handler returns `{ sent: text }`, which socket.io
+ * sends as the acknowledgement. The bucket refills at 0.01/s here (1/s in the README) so that the test
+ * does not depend on how fast the emits go out.
+ */
+@WebSocketGateway()
+class ChatGateway {
+  @SubscribeMessage('message')
+  @RateLimit({ capacity: 10, refillPerSecond: 0.01, keyBy: 'user' })
+  message(@MessageBody() text: string) {
+    return { sent: text };
+  }
+
+  /** What the README used to return: socket.io emits it as an event and never acknowledges. */
+  @SubscribeMessage('asEvent')
+  @RateLimit({ capacity: 10, refillPerSecond: 0.01, keyBy: 'user' })
+  asEvent(@MessageBody() text: string) {
+    return { event: 'sent', data: text };
+  }
+}
+
 @WebSocketGateway({ namespace: 'class' })
 @RateLimit(2, 0.01)
 class IoClassGateway {
@@ -144,7 +166,7 @@ describe('@RateLimit on socket.io gateways', () => {
 
   beforeAll(async () => {
     redis = new Redis(await redisUrl());
-    app = await startApp({ redis: await redisUrl(), keyPrefix: prefix }, [IoGateway, IoClassGateway]);
+    app = await startApp({ redis: await redisUrl(), keyPrefix: prefix }, [IoGateway, IoClassGateway, ChatGateway]);
     url = await app.getUrl();
   });
 
@@ -183,6 +205,22 @@ describe('@RateLimit on socket.io gateways', () => {
     expect(refused).toHaveLength(7);
     for (const a of refused) expect(a).toEqual(RATE_LIMITED);
     expect(client.received('exception')).toEqual(Array(7).fill(RATE_LIMITED));
+  });
+
+  it("the README's ChatGateway: emitWithAck resolves to { sent } for each of 10 allowed messages, to the refusal for the 11th", async () => {
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const section = /^## WebSockets\n([\s\S]*?)^## /m.exec(readme)?.[1] ?? '';
+    expect(section).toContain("@RateLimit({ capacity: 10, refillPerSecond: 1, keyBy: 'user' })\n  message(@MessageBody() text: string) {\n    return { sent: text };");
+    const dana = await connect({ auth: { userId: 'dana' } });
+    const answers = await acks(dana, 'message', (i) => `hi ${i}`, 11);
+    expect(answers.slice(0, 10)).toEqual(Array.from({ length: 10 }, (_, i) => ({ sent: `hi ${i}` })));
+    expect(answers[10]).toEqual({ ...RATE_LIMITED, retryAfter: 100 });
+  });
+
+  it('a handler returning { event, data } emits that event and leaves emitWithAck unanswered', async () => {
+    const erin = await connect({ auth: { userId: 'erin' } });
+    await expect(erin.socket.timeout(500).emitWithAck('asEvent', 'hello')).rejects.toThrow('operation has timed out');
+    expect(erin.received('sent')).toEqual(['hello']);
   });
 
   it('per IP (default): 127.0.0.1 and 127.0.0.2 each get their own bucket {ip:<address>}', async () => {
@@ -241,7 +279,7 @@ describe('@RateLimit on socket.io gateways', () => {
       expect(answers.filter((x) => x === 'ok')).toHaveLength(2);
       expect(answers.filter((x) => x !== 'ok')).toEqual([RATE_LIMITED]);
     }
-    expect((await keysUnder(redis, `${prefix}{user:`)).sort()).toEqual(
+    expect((await keysUnder(redis, `${prefix}{user:`)).filter((key) => key.includes('}:IoGateway.')).sort()).toEqual(
       [
         `${prefix}{user:alice}:IoGateway.byUser`,
         `${prefix}{user:bob}:IoGateway.byUser`,

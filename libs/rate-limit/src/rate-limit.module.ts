@@ -57,8 +57,9 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
 /**
  * Distributed token-bucket rate limiting. `forRoot()` / `forRootAsync()` provide `BucketService`, register
  * `RateLimitGuard` for the whole application (unless `guard: false`), and — only when `defaults` have a
- * policy decided after the app's guards — `RateLimitInterceptor` too; `@RateLimit()` applies the
- * interceptor where its policies may need it.
+ * policy decided after the app's guards or refunded after the handler — `RateLimitInterceptor` too;
+ * `@RateLimit()` applies the interceptor where its policies may need it, and `TransportHandlers` puts it
+ * on WebSocket and microservice handlers with a policy.
  */
 @Module({
   imports: [DiscoveryModule],

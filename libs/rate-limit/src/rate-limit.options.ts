@@ -18,7 +18,8 @@ export interface RateLimitKeyOptions {
   /**
    * The verified API key (or the identity it belongs to, after a lookup) for `keyBy: 'apiKey'`; undefined
    * when the request has no valid key, which then falls back to the IP bucket. Default: none, and the raw
-   * `apiKeyHeader` value is used, which lets a client pick a new bucket per request.
+   * `apiKeyHeader` value is used, which lets a client pick a new bucket per request (start-up warns,
+   * naming the routes that no enforced per-IP policy bounds).
    */
   apiKey?: (request: any) => string | undefined | Promise<string | undefined>;
   /** Secret of the HMAC that digests API keys and hashed identities in key names. Default: none (plain SHA-256). */

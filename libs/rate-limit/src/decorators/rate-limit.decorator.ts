@@ -9,8 +9,9 @@ import type { KeyBy, RateLimitPolicy } from '../rate-limit.interfaces.js';
  * Limits a controller or a handler with a token bucket: `capacity` tokens at most (the burst), refilled
  * at `refillPerSecond`. Stack several to enforce several policies at once; all must allow. Policies on
  * a handler replace those on its controller. Policies are validated at start-up. A policy that may be
- * decided after the app's guards (any keyBy but `'ip'`, or `phase: 'after-guards'`) also applies
- * `RateLimitInterceptor` to what it decorates, once; every `@RateLimit` also registers
+ * decided after the app's guards (`phase: 'after-guards'`; without a phase, a keyBy other than `'ip'` or
+ * a `capacity`, `refillPerSecond` or `cost` function) or that refunds after the handler (`refundOn`)
+ * also applies `RateLimitInterceptor` to what it decorates, once; every `@RateLimit` also registers
  * `RateLimitModuleCheck`, which fails the start of an app that lacks `RateLimitModule`.
  */
 export function RateLimit(capacity: number, refillPerSecond: number, keyBy?: KeyBy): ClassDecorator & MethodDecorator;

@@ -17,8 +17,11 @@ import type { RouteLimiter } from '../routes/route-limiter.js';
  * back the guard's take if one of them refuses, and writes the headers of allowed responses. After the
  * handler, it gives back the tokens of policies whose `refundOn` matches the outcome.
  *
- * `@RateLimit()` applies it where a policy may need it (any keyBy but `'ip'`), and `RateLimitModule`
- * registers it globally only when module `defaults` need it: unlimited and IP-only routes never pay for it.
+ * `@RateLimit()` applies it where a policy may need it (see `needsInterceptor`: `phase: 'after-guards'`;
+ * without a phase, a keyBy other than `'ip'` or a number computed per request; or `refundOn`).
+ * `RateLimitModule` registers it globally only when module `defaults` need it, and puts it on every
+ * WebSocket and microservice handler with a policy: unlimited routes, and routes whose policies are all
+ * per IP with fixed numbers and no `refundOn`, never pay for it.
  */
 @Injectable()
 export class RateLimitInterceptor implements NestInterceptor, OnModuleInit {

@@ -179,6 +179,30 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
       this.registry.discoverRoutes();
       this.assertImportedOnce();
     });
+    this.warnRawApiKeys();
+  }
+
+  /**
+   * Without `keys.apiKey`, an API key is whatever the client sends: a new made-up key per request is a
+   * new bucket per request. Said once at start-up, naming the routes that no enforced per-IP policy bounds.
+   */
+  private warnRawApiKeys(): void {
+    if (this.options.apiKey !== undefined) return;
+    const routes = new Set<string>();
+    for (const { plan } of this.registry.routes()) {
+      const policies = plan?.policies ?? [];
+      const byKey = policies.some((policy) => policy.keyBy === 'apiKey');
+      const byIp = policies.some((policy) => policy.keyBy === 'ip' && policy.enforce);
+      if (byKey && !byIp) routes.add(plan!.route);
+    }
+    if (routes.size === 0) return;
+    this.once(
+      'raw-api-key',
+      `keyBy 'apiKey' on ${[...routes].join(', ')} trusts the ${this.options.apiKeyHeader} header as sent (keys.apiKey ` +
+        'is not set): a client that invents a new key for each request gets a new bucket each time, so these routes ' +
+        'are not limited. Set keys: { apiKey: (req) => ... } to look the key up and return undefined for an unknown ' +
+        "one (it then counts as its sender's IP), or stack a per-IP @RateLimit beside it",
+    );
   }
 
   /** Global guards and interceptors are all known by now, `useGlobalGuards()` ones included. */
