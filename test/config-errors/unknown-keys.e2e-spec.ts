@@ -1,4 +1,4 @@
-import { Controller, Get, Module, type Type } from '@nestjs/common';
+import { ConsoleLogger, Controller, Get, Module, type Type } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
   BucketService,
@@ -7,6 +7,7 @@ import {
   type RateLimitModuleOptions,
   type RateLimitPolicy,
 } from 'nest-redis-rate-limit';
+import { startUp } from '../support/start-up.js';
 
 /**
  * Options are strict: a key the library does not read stops the start (or throws at the call), naming
@@ -14,28 +15,6 @@ import {
  * `timeoutMS: 2000` or a policy variable's `keyby: 'user'` started without a word and left the defaults
  * in force (open mode, 100 ms, keyed by IP). No Redis is needed: every app here uses `store: 'memory'`.
  */
-type Outcome = { phase: 'compile' | 'init'; message: string } | { phase: 'started' };
-
-const silent = { log() {}, error() {}, warn() {} };
-
-async function startUp(module: Type): Promise<Outcome> {
-  let moduleRef;
-  try {
-    moduleRef = await Test.createTestingModule({ imports: [module] }).setLogger(silent).compile();
-  } catch (error) {
-    return { phase: 'compile', message: (error as Error).message };
-  }
-  const app = moduleRef.createNestApplication({ logger: false });
-  try {
-    await app.init();
-    return { phase: 'started' };
-  } catch (error) {
-    return { phase: 'init', message: (error as Error).message };
-  } finally {
-    await app.close();
-  }
-}
-
 function appWith(options: Record<string, unknown>, controllers: Type[] = []): Type {
   @Module({ imports: [RateLimitModule.forRoot({ store: 'memory', ...options } as RateLimitModuleOptions)], controllers })
   class UnknownKeysAppModule {}
@@ -126,7 +105,7 @@ describe('an unknown key in a BucketService call throws at the call', () => {
   let close: () => Promise<void>;
 
   beforeAll(async () => {
-    const moduleRef = await Test.createTestingModule({ imports: [RateLimitModule.forRoot({ store: 'memory' })] }).setLogger(silent).compile();
+    const moduleRef = await Test.createTestingModule({ imports: [RateLimitModule.forRoot({ store: 'memory' })] }).setLogger(new ConsoleLogger({ logLevels: [] })).compile();
     await moduleRef.init();
     buckets = moduleRef.get(BucketService);
     close = () => moduleRef.close();
