@@ -146,7 +146,9 @@ export function assertBucketPolicy(policy: BucketPolicy, where: string, label = 
  * route policy's `keyBy` or `cost` passed here by mistake is refused instead of ignored; then its numbers.
  */
 export function assertServicePolicy(policy: BucketPolicy, where: string, extraKeys: readonly string[] = []): void {
-  const unknown = unknownKeyOf(policy, [...BUCKET_POLICY_KEYS, ...extraKeys], 'the policy');
+  // On every BucketService call: no array built for the usual one.
+  const known = extraKeys.length === 0 ? BUCKET_POLICY_KEYS : [...BUCKET_POLICY_KEYS, ...extraKeys];
+  const unknown = unknownKeyOf(policy, known, 'the policy');
   if (unknown !== undefined) throw new Error(`BucketService ${unknown} on ${where}`);
   assertBucketPolicy(policy, where, 'BucketService');
 }
