@@ -391,6 +391,11 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     if (after !== undefined && !after.verdict.allowed && first !== undefined && first.verdict.allowed) {
       first.verdict = await this.giveBack(first);
     }
+    // Phase 1's shadow tokens go back when the request is refused after all, as enforced ones would.
+    const shadowFirst = state.before?.shadow;
+    if (shadowFirst?.verdict.allowed && (after?.verdict.allowed === false || take.shadow?.verdict.allowed === false)) {
+      shadowFirst.verdict = await this.giveBack(shadowFirst);
+    }
     this.publish(state, state.before, take, context);
     const verdict = state.verdict;
     if (verdict === undefined) return;
@@ -444,13 +449,13 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
       enforced.verdict = await this.buckets.decide(enforced.requests);
       return { enforced, shadow: undefined };
     }
-    const [enforcedVerdict, shadowVerdict] = await Promise.all([
-      hasEnforced ? this.buckets.decide(enforced.requests) : undefined,
-      shadow !== undefined ? this.buckets.decide(shadow.requests) : undefined,
-    ]);
-    if (enforcedVerdict !== undefined) enforced.verdict = enforcedVerdict;
+    if (hasEnforced) enforced.verdict = await this.buckets.decide(enforced.requests);
+    // Shadow policies drain what they would once enforced: nothing on a request that the enforced ones,
+    // or the shadow ones of the phase before, refuse (enforced, they would not be reached).
+    const reached = (!hasEnforced || enforced.verdict.allowed) && state.before?.shadow?.verdict.allowed !== false;
+    if (shadow !== undefined && !reached) shadow = undefined;
     if (shadow !== undefined) {
-      shadow.verdict = shadowVerdict!;
+      shadow.verdict = await this.buckets.decide(shadow.requests);
       if (!shadow.verdict.allowed) this.shadowRefused(plan, shadow);
     }
     return { enforced: hasEnforced ? enforced : undefined, shadow };
