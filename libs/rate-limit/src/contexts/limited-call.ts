@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { ClientAddresses } from './client-address.js';
 
 /** The transports whose handlers the limiter decides. */
 export type CallKind = 'http' | 'graphql' | 'ws' | 'rpc';
@@ -16,10 +17,15 @@ export interface LimitedCall {
   carrier: any;
   request: any;
   response: any;
+  /** A ws message through a proxy the app trusts: no handshake headers say whose it is (`ip` is undefined). */
+  proxied?: boolean;
 }
 
-/** The call of `context`, or undefined for a transport the limiter does not decide (see `undecidedKind`). */
-export function limitedCall(context: ExecutionContext): LimitedCall | undefined {
+/**
+ * The call of `context`, or undefined for a transport the limiter does not decide (see `undecidedKind`).
+ * `addresses` resolves WebSocket clients' addresses with the app's trust-proxy setting.
+ */
+export function limitedCall(context: ExecutionContext, addresses: ClientAddresses): LimitedCall | undefined {
   const type = context.getType<string>();
   if (type === 'http') {
     const http = context.switchToHttp();
@@ -27,7 +33,7 @@ export function limitedCall(context: ExecutionContext): LimitedCall | undefined 
     return { kind: 'http', carrier: request, request, response: http.getResponse() };
   }
   if (type === 'graphql') return graphqlCall(context);
-  if (type === 'ws') return wsCall(context);
+  if (type === 'ws') return wsCall(context, addresses);
   if (type === 'rpc') return rpcCall(context);
   return undefined;
 }
@@ -50,18 +56,22 @@ function graphqlCall(context: ExecutionContext): LimitedCall {
 
 /**
  * A WebSocket message: its arguments are `[client, data, ack?, pattern]`. The hooks get a request view
- * of the connection: `ip` (socket.io: the handshake address; ws: the TCP peer, as ws keeps no request),
+ * of the connection: `ip` (socket.io: the handshake's client address, with the app's trust-proxy
+ * setting; ws: the TCP peer, as ws keeps no request — undefined when the app trusts it as a proxy),
  * `headers` (the handshake's), `user` (`client.data.user` or `client.user`, as your auth sets it),
  * `client`. No response: no headers.
  */
-function wsCall(context: ExecutionContext): LimitedCall {
+function wsCall(context: ExecutionContext, addresses: ClientAddresses): LimitedCall {
   const args = context.getArgs();
   const client = (args[0] ?? {}) as Record<string, any>;
   const handshake = client.handshake as Record<string, any> | undefined;
-  const request = handshake
-    ? { ip: handshake.address, headers: handshake.headers ?? {}, user: client.data?.user ?? client.user, client }
-    : { ip: client._socket?.remoteAddress, headers: {}, user: client.user, client };
-  return { kind: 'ws', carrier: args, request, response: undefined };
+  if (handshake) {
+    const ip = client.request === undefined ? handshake.address : addresses.ofRequest(client.request);
+    const request = { ip, headers: handshake.headers ?? {}, user: client.data?.user ?? client.user, client };
+    return { kind: 'ws', carrier: args, request, response: undefined };
+  }
+  const { ip, proxied } = addresses.ofPeer(client._socket);
+  return { kind: 'ws', carrier: args, request: { ip, headers: {}, user: client.user, client }, response: undefined, proxied };
 }
 
 /**

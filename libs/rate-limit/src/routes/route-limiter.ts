@@ -9,7 +9,7 @@ import {
   ServiceUnavailableException,
 } from '@nestjs/common';
 import { GUARDS_METADATA, INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
-import { ApplicationConfig, ModuleRef, ModulesContainer } from '@nestjs/core';
+import { ApplicationConfig, HttpAdapterHost, ModuleRef, ModulesContainer } from '@nestjs/core';
 import type { Observable } from 'rxjs';
 // From 'rxjs/operators': the 'rxjs' entry point exports operators only since 7.2, and the peer range starts at 7.1.
 import { catchError, mergeMap } from 'rxjs/operators';
@@ -33,6 +33,7 @@ import {
 } from '../rate-limit.constants.js';
 import { isEventHandler, refusalFor } from '../contexts/transport-errors.js';
 import { type CallKind, type LimitedCall, limitedCall } from '../contexts/limited-call.js';
+import { ClientAddresses } from '../contexts/client-address.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import { BucketStore } from '../stores/bucket-store.interface.js';
@@ -136,6 +137,8 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   private readonly hookDeadlines: Deadlines;
   private readonly allowedIps: AddressList;
   private readonly numbers: PolicyNumbers;
+  /** WebSocket clients' addresses, with the app's trust-proxy setting. */
+  private readonly addresses: ClientAddresses;
   /** Per-policy work beyond the plain path: skips, allow-listed identities, per-request numbers, shadow mode. */
   private readonly plainPolicies = new WeakMap<readonly CompiledPolicy[], boolean>();
 
@@ -155,12 +158,14 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     this.hash = createDigest(options.secret);
     this.hookDeadlines = new Deadlines(options.timeoutMs);
     this.allowedIps = new AddressList(options.allowList.ips);
+    this.addresses = new ClientAddresses(() => moduleRef.get(HttpAdapterHost, { strict: false }));
     this.numbers = new PolicyNumbers(moduleRef, this.hookDeadlines, options.resolverCacheMs, (key, message) =>
       this.once(key, message),
     );
     const apiKeyHeader = options.apiKeyHeader;
     this.defaultHooks = {
-      getIp: (request) => request.ip ?? request.socket?.remoteAddress,
+      // A request without `ip` is a handshake's (graphql-ws): resolved as the app's platform resolves `req.ip`.
+      getIp: (request) => request.ip ?? this.addresses.ofRequest(request),
       getUserId: options.user ?? defaultUserId,
       getApiKey:
         options.apiKey ??
@@ -238,7 +243,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
 
   /** Phase 1, in `RateLimitGuard`. `owner` is the guard instance: a second guard on the same request decides nothing. */
   beforeGuards(context: ExecutionContext, hooks: RequestHooks, owner: object): boolean | Promise<boolean> {
-    const call = limitedCall(context);
+    const call = limitedCall(context, this.addresses);
     if (call === undefined) return this.undecided(context);
     const plan = this.registry.planFor(context.getClass(), context.getHandler());
     if (plan === null) return true;
@@ -273,12 +278,23 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
    * (no HTTP request either) has none to carry them, as documented.
    */
   private noResponse(call: LimitedCall, plan: RoutePlan): void {
+    if (call.proxied) this.behindProxy(plan);
     if (call.kind !== 'graphql' || call.request?.raw === undefined) return;
     this.once(
       `noresponse|${plan.route}`,
       `The GraphQL context of ${plan.route} has the request but no response, so rate-limit headers are not sent ` +
         '(the limit applies all the same). With Apollo over Fastify, put the reply in the context: ' +
         'GraphQLModule.forRoot({ ..., context: (request, reply) => ({ req: request, reply }) })',
+    );
+  }
+
+  /** A ws message through a trusted proxy: whose it is cannot be told (said once per handler). */
+  private behindProxy(plan: RoutePlan): void {
+    this.once(
+      `proxied|${plan.route}`,
+      `Messages of ${plan.route} come through a trusted proxy, and ws keeps no handshake headers: their IP-keyed ` +
+        'policies share one bucket (ip:unknown) and allowList.ips exempts none of them. Keep the client address ' +
+        'from the upgrade request in handleConnection(client, request) and return it from a RateLimitGuard getIp override',
     );
   }
 
@@ -301,7 +317,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
 
   /** Phase 2, in `RateLimitInterceptor`, before the handler runs. Undefined when there is nothing to wait for. */
   afterGuards(context: ExecutionContext): Promise<void> | undefined {
-    const call = limitedCall(context);
+    const call = limitedCall(context, this.addresses);
     if (call === undefined) {
       this.undecided(context);
       return undefined;
@@ -322,7 +338,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
    * nothing on the request can be refunded.
    */
   afterHandler(context: ExecutionContext, stream: Observable<unknown>): Observable<unknown> {
-    const call = limitedCall(context);
+    const call = limitedCall(context, this.addresses);
     if (call === undefined) return stream;
     const state: RequestState | undefined = call.carrier[RATE_LIMIT_VERDICT];
     if (state === undefined || !state.plan.refunds || state.refunded) return stream;
