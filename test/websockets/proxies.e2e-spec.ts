@@ -12,7 +12,7 @@ import WebSocket from 'ws';
 import { RateLimit, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS, type Platform } from '../support/app.js';
 import { LogRecorder } from '../support/log-recorder.js';
-import { deleteKeys, redisUrl, testPrefix, tokensOf } from '../support/redis.js';
+import { deleteKeys, freePort, redisUrl, testPrefix, tokensOf } from '../support/redis.js';
 import { closeAll, type IoClient, ioClient, RATE_LIMITED, until, type WsClient, wsClient } from './clients.js';
 
 /**
@@ -121,6 +121,28 @@ describe.each(PLATFORMS)('socket.io messages behind a proxy, on %s', (platform: 
       expect(tally(await emits(client, 3))).toEqual({ ok: 1, refused: 2 });
       expect(await tokensOf(redis, `${keys}{ip:203.0.113.3}:px-shared`)).toBeCloseTo(0, 1);
     });
+  });
+
+  it('a gateway on a port of its own has no trust-proxy setting: the forwarded header is ignored there, 3 of 6 for the peer', async () => {
+    const port = await freePort();
+    @WebSocketGateway(port)
+    class OwnPortGateway {
+      @SubscribeMessage('shared')
+      @RateLimit(SHARED)
+      shared() {
+        return 'ok';
+      }
+    }
+    const keyPrefix = `${prefix}own:`;
+    @Module({ imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix })], providers: [OwnPortGateway] })
+    class OwnPortModule {}
+    const app = await createApp(OwnPortModule, platform, (a) => a.useWebSocketAdapter(new IoAdapter(a)), { trustProxy: true });
+    apps.push(app);
+    await app.listen(0, '127.0.0.1');
+    const url = `http://127.0.0.1:${port}`;
+    const [a, b] = [await from(url, '203.0.113.10'), await from(url, '203.0.113.11')];
+    expect(tally([...(await emits(a, 3)), ...(await emits(b, 3))])).toEqual({ ok: 3, refused: 3 });
+    expect(await tokensOf(redis, `${keyPrefix}{ip:127.0.0.1}:px-shared`)).toBeCloseTo(0, 1);
   });
 
   it('without trust proxy the forwarded header is ignored: two "clients" share the proxy’s bucket, 3 of 6', async () => {

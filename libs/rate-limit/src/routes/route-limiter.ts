@@ -294,7 +294,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
       `proxied|${plan.route}`,
       `Messages of ${plan.route} come through a trusted proxy, and ws keeps no handshake headers: their IP-keyed ` +
         'policies share one bucket (ip:unknown) and allowList.ips exempts none of them. Keep the client address ' +
-        'from the upgrade request in handleConnection(client, request) and return it from a RateLimitGuard getIp override',
+        'from the upgrade request in handleConnection(client, request) and key the policy by it (a keyBy function)',
     );
   }
 
