@@ -384,10 +384,17 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
 
   private async decideAfter(context: ExecutionContext, state: RequestState, request: any, response: unknown): Promise<void> {
     const { plan } = state;
-    const take = await this.decidePhase(context, state, request, plan.afterGuards, plan.beforeGuards.length);
+    const first = state.before?.enforced;
+    let take: PhaseTake;
+    try {
+      take = await this.decidePhase(context, state, request, plan.afterGuards, plan.beforeGuards.length);
+    } catch (error) {
+      // A 400 for a cost, a 500 for numbers nobody can compute: the request is refused, so phase 1 takes nothing either.
+      if (first?.verdict.allowed) first.verdict = await this.giveBack(first);
+      throw error;
+    }
     state.after = take;
     const after = take.enforced;
-    const first = state.before?.enforced;
     if (after !== undefined && !after.verdict.allowed && first !== undefined && first.verdict.allowed) {
       first.verdict = await this.giveBack(first);
     }
