@@ -12,6 +12,11 @@ export interface RequestNumbers {
   cost: number;
 }
 
+/** The identity a resolver is asked about, with `id`: its part of the bucket key (`routeIdentity`), bounded. */
+export interface CacheableIdentity extends RateLimitIdentity {
+  id: string;
+}
+
 interface CachedLimits {
   expires: number;
   limits: Promise<ResolvedLimits>;
@@ -19,8 +24,9 @@ interface CachedLimits {
 
 /**
  * Per-request numbers of dynamic policies: functions of the request, or a `RateLimitResolver` per
- * identity (cached for `resolverCacheMs`, at most `RESOLVER_CACHE_MAX_ENTRIES` identities, oldest first
- * out). Every answer is bounded by `timeoutMs` and checked like a static policy. A policy whose numbers
+ * identity (cached for `resolverCacheMs` under the identity's bounded key part, at most
+ * `RESOLVER_CACHE_MAX_ENTRIES` identities, oldest first out, expired ones dropped as time passes). Every
+ * answer is bounded by `timeoutMs` and checked like a static policy. A policy whose numbers
  * cannot be had (a hook throws, hangs or answers invalid numbers) uses its static fallback when it has
  * one, else the request is refused with 500: a limit nobody can compute is a bug to see, never a silent
  * pass. A cost function of the request that answers an invalid cost is the client's input: 400. Either
@@ -58,7 +64,7 @@ export class PolicyNumbers {
     return instance;
   }
 
-  async numbersOf(context: ExecutionContext, route: string, policy: CompiledPolicy, who: RateLimitIdentity): Promise<RequestNumbers> {
+  async numbersOf(context: ExecutionContext, route: string, policy: CompiledPolicy, who: CacheableIdentity): Promise<RequestNumbers> {
     const dynamic = policy.dynamic!;
     const where = policy.scope === route ? route : `${route} (${policy.scope})`;
     let numbers: RequestNumbers;
@@ -121,14 +127,18 @@ export class PolicyNumbers {
     type: Type<RateLimitResolver>,
     route: string,
     scope: string,
-    who: RateLimitIdentity,
+    who: CacheableIdentity,
     context: ExecutionContext,
   ): Promise<ResolvedLimits> {
-    const key = `${scope}\u0000${who.kind}\u0000${who.value}`;
+    // The bucket key's identity: bounded (a long or unusual value is a digest), so no client can make an
+    // entry large, and the raw value is never kept.
+    const key = `${scope}\u0000${who.id}`;
     const now = this.clock();
+    this.dropExpired(now);
     const cached = this.cache.get(key);
     if (cached !== undefined && cached.expires > now) return cached.limits;
-    const limits = this.resolver(type, route).then((resolver) => this.bounded(resolver.resolve({ kind: who.kind, value: who.value }, context)));
+    const { kind, value } = who;
+    const limits = this.resolver(type, route).then((resolver) => this.bounded(resolver.resolve({ kind, value }, context)));
     if (this.cacheMs > 0) {
       if (cached !== undefined) this.cache.delete(key);
       else if (this.cache.size >= RESOLVER_CACHE_MAX_ENTRIES) this.cache.delete(this.cache.keys().next().value as string);
@@ -140,6 +150,18 @@ export class PolicyNumbers {
       });
     }
     return limits;
+  }
+
+  /**
+   * Every entry lives `cacheMs` and a renewed one moves to the end, so the map is in order of expiry:
+   * the expired ones are at its head. Dropping them there costs one look per request, plus one per
+   * entry dropped, never a walk over the whole map.
+   */
+  private dropExpired(now: number): void {
+    for (const [key, entry] of this.cache) {
+      if (entry.expires > now) return;
+      this.cache.delete(key);
+    }
   }
 
   /** Resolver answers cached now (for tests and the note on memory). */
