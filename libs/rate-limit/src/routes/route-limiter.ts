@@ -16,6 +16,7 @@ import { catchError, mergeMap } from 'rxjs/operators';
 import { RateLimitEvents } from '../events/rate-limit-events.js';
 import type { RateLimitIdentity } from '../rate-limit.interfaces.js';
 import { AddressList } from './allow-list.js';
+import { fieldResolverWarnings } from './field-resolver-check.js';
 import { PolicyNumbers } from './policy-numbers.js';
 import { BucketService, type Verdict, type VerdictSource } from '../bucket/bucket.service.js';
 import { Deadlines, RateLimitTimeoutError } from '../bucket/with-timeout.js';
@@ -148,7 +149,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     private readonly config: ApplicationConfig,
     private readonly events: RateLimitEvents,
     @Inject(BucketStore) private readonly store: BucketStore,
-    moduleRef: ModuleRef,
+    private readonly moduleRef: ModuleRef,
     /** A test replaced the module's guard (`overrideGuard(RateLimitGuard)`): what it left undecided stays so. */
     @Inject(RATE_LIMIT_GUARD_REPLACED) private readonly guardReplaced: boolean,
   ) {
@@ -209,6 +210,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   async onApplicationBootstrap(): Promise<void> {
     await this.atStart(async () => {
       if (!this.options.guard) this.assertEveryLimitedRouteRuns();
+      for (const warning of fieldResolverWarnings(this.moduleRef, this.registry.routes())) this.once(warning, warning);
       // Every resolver is built now: one Nest cannot build stops the start, naming its route.
       for (const { plan } of this.registry.routes()) {
         for (const policy of plan?.policies ?? []) {
