@@ -154,6 +154,25 @@ export class BadSkipController {
   }
 }
 
+/** A controller-level name that none of its handlers' policies has (`brust`): the application must not start either. */
+@Controller('bad-class')
+@RateLimit({ capacity: 2, refillPerSecond: SLOW, name: 'burst' })
+@RateLimit({ capacity: 3, refillPerSecond: SLOW, name: 'quota' })
+@SkipRateLimit('brust')
+export class BadClassSkipController {
+  @Get('a')
+  a() {
+    return { ok: true };
+  }
+
+  /** Its own policies: `brust` is not among them either. */
+  @Get('b')
+  @RateLimit({ capacity: 4, refillPerSecond: SLOW, name: 'own' })
+  b() {
+    return { ok: true };
+  }
+}
+
 export const SKIP_CONTROLLERS = [SkipsController, NamedSkipController, SkippedController];
 
 /** The test app: `RateLimitModule.forRoot(options)` and `controllers`. */

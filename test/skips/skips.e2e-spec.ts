@@ -7,6 +7,7 @@ import { createApp, PLATFORMS, type Platform, type PlatformOptions } from '../su
 import { LogRecorder } from '../support/log-recorder.js';
 import { deleteKeys, keysUnder, redisUrl, testPrefix, tokensOf } from '../support/redis.js';
 import {
+  BadClassSkipController,
   BadSkipController,
   DefaultsSkipController,
   NamedSkipController,
@@ -222,6 +223,19 @@ describe.each(PLATFORMS)('skips on %s', (platform: Platform) => {
         "@SkipRateLimit('nope') on BadSkipController.typo: no policy of that name applies there (its policies: burst)",
       );
       expect(await keysUnder(client, `${prefix}bad:`)).toEqual([]);
+    });
+
+    it('a controller-level name that no policy of any of its handlers has stops the start too, naming the class and what applies', async () => {
+      const options = { store: 'memory' as const, keyPrefix: `${prefix}bad-class:` };
+      await expect(createApp(skipsAppModule(options, [BadClassSkipController]), platform)).rejects.toThrow(
+        "@SkipRateLimit('brust') on BadClassSkipController: no policy of that name applies to any of its handlers " +
+          '(their policies: burst, quota, own)',
+      );
+    });
+
+    it('a controller-level name that one handler has and another does not is accepted (NamedSkipController: /c/all skips all)', async () => {
+      const { url } = await start({}, [NamedSkipController]);
+      await request(url).get('/c/plain').expect(200);
     });
   });
 

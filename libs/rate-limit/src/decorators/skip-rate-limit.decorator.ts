@@ -3,8 +3,8 @@ import { RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 
 /**
  * Exempts a controller or handler from rate limiting, module `defaults` included. With names, only the
- * policies of those names are skipped (`@SkipRateLimit('burst')`); a name that no policy of the handler
- * has stops the application at start-up. `@SkipRateLimit(false)` on a handler undoes its controller's skip.
+ * policies of those names are skipped (`@SkipRateLimit('burst')`); a name that matches nothing stops the
+ * application at start-up (on a handler: none of its policies; on a controller: none of its handlers'). `@SkipRateLimit(false)` on a handler undoes its controller's skip.
  */
 export function SkipRateLimit(skip?: boolean): ClassDecorator & MethodDecorator;
 export function SkipRateLimit(...names: string[]): ClassDecorator & MethodDecorator;

@@ -69,6 +69,8 @@ export class PolicyRegistry {
   private suffixes = new Map<Function, string>();
   /** The policies that took their route's scope (no `name`). */
   private readonly unnamed = new WeakSet<CompiledPolicy>();
+  /** The policy names of each class's handlers on which its `@SkipRateLimit('name')` applies, for the start-up check. */
+  private readonly classSkipScopes = new Map<Function, Set<string>>();
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
@@ -101,6 +103,9 @@ export class PolicyRegistry {
     }
     this.suffixes = scopeSuffixes(registrations, this.modules.applicationId);
     for (const [type, found] of handlers) for (const handler of found) this.planFor(type, handler);
+    for (const [type, scopes] of this.classSkipScopes) {
+      assertSkippedNamesExist(Reflect.getMetadata(RATE_LIMIT_SKIP, type), scopes, type.name, 'to any of its handlers (their');
+    }
     this.assertUnnamedScopesUnique(registrations);
   }
 
@@ -161,20 +166,23 @@ export class PolicyRegistry {
       Reflect.getOwnMetadata(RATE_LIMIT_POLICIES, handler) ??
       (controllerSkip === true && handlerSkip !== false ? [] : Reflect.getMetadata(RATE_LIMIT_POLICIES, controller));
     const chosen = policies ?? this.options.defaults;
+    // @SkipRateLimit('name'): those policies are left out here. A name on the handler must name one of its
+    // policies; a name on the controller one of the policies of at least one of its handlers (checked by
+    // discoverRoutes once every handler is known). @SkipRateLimit(false) on the handler undoes every skip
+    // of its controller, named ones included.
+    const controllerNames = handlerSkip !== false && Array.isArray(controllerSkip) ? (controllerSkip as string[]) : [];
+    let classScopes: Set<string> | undefined;
+    if (controllerNames.length > 0) {
+      classScopes = this.classSkipScopes.get(controller);
+      if (classScopes === undefined) this.classSkipScopes.set(controller, (classScopes = new Set()));
+    }
     if (chosen.length === 0) return null;
     let compiled = this.compile(chosen, route, policies === undefined);
-    // @SkipRateLimit('name'): those policies are left out here. A name on the handler must exist.
-    // @SkipRateLimit(false) on the handler undoes every skip of its controller, named ones included.
-    const controllerNames = handlerSkip !== false && Array.isArray(controllerSkip) ? (controllerSkip as string[]) : [];
+    for (const policy of classScopes === undefined ? [] : compiled) classScopes!.add(policy.scope);
     const skipped = new Set([...(Array.isArray(handlerSkip) ? (handlerSkip as string[]) : []), ...controllerNames]);
     if (skipped.size > 0) {
-      for (const name of Array.isArray(handlerSkip) ? (handlerSkip as string[]) : []) {
-        if (!compiled.some((p) => p.scope === name)) {
-          throw new Error(
-            `@SkipRateLimit('${name}') on ${route}: no policy of that name applies there (its policies: ${compiled.map((p) => p.scope).join(', ')})`,
-          );
-        }
-      }
+      const scopes = new Set(compiled.map((p) => p.scope));
+      if (Array.isArray(handlerSkip)) assertSkippedNamesExist(handlerSkip, scopes, route, 'there (its');
       compiled = compiled.filter((p) => !skipped.has(p.scope));
       if (compiled.length === 0) return null;
     }
@@ -203,6 +211,17 @@ export class PolicyRegistry {
     }
     assertSharedNamesFit(compiled, route);
     return compiled;
+  }
+}
+
+/** Each name of a `@SkipRateLimit('name')` must be one of `scopes`: a misspelled name would skip nothing, silently. */
+function assertSkippedNamesExist(names: readonly string[], scopes: ReadonlySet<string>, where: string, applies: string): void {
+  for (const name of names) {
+    if (scopes.has(name)) continue;
+    throw new Error(
+      `@SkipRateLimit('${name}') on ${where}: no policy of that name applies ${applies} policies: ${[...scopes].join(', ') || 'none'}); ` +
+        'correct the name, or remove it',
+    );
   }
 }
 

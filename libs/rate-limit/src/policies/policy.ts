@@ -34,6 +34,8 @@ export interface DynamicLimits {
   refillPerSecond?: (context: ExecutionContext) => number | Promise<number>;
   cost?: (context: ExecutionContext) => number | Promise<number>;
   resolve?: Type<RateLimitResolver>;
+  /** `cost` is the policy's own function of the request (not its fixed cost): an invalid answer is a 400, the client's input. */
+  costFromRequest: boolean;
   /** The static numbers to use when the request's cannot be had: undefined refuses such a request with 500. */
   fallback?: BucketPolicy & { cost: number };
 }
@@ -270,7 +272,7 @@ function compileDynamic(policy: RateLimitPolicy, route: string, label: string): 
       fallback = { capacity: capacity as number, refillPerSecond: refillPerSecond as number, cost: fallbackCost };
     }
     if (cost !== undefined && typeof cost !== 'function') assertCost(cost, fallback?.capacity ?? MAX_CAPACITY, route, label);
-    return { resolve, cost: typeof cost === 'function' ? cost : undefined, fallback };
+    return { resolve, cost: typeof cost === 'function' ? cost : undefined, costFromRequest: typeof cost === 'function', fallback };
   }
   if (typeof capacity !== 'function' && typeof refillPerSecond !== 'function' && typeof cost !== 'function') return undefined;
   // Mixed: the fixed numbers are checked now, the functions' answers per request.
@@ -288,6 +290,7 @@ function compileDynamic(policy: RateLimitPolicy, route: string, label: string): 
     capacity: typeof capacity === 'function' ? capacity : fixed(capacity),
     refillPerSecond: typeof refillPerSecond === 'function' ? refillPerSecond : fixed(refillPerSecond),
     cost: typeof cost === 'function' ? cost : fixed(cost ?? 1),
+    costFromRequest: typeof cost === 'function',
     fallback: undefined,
   };
 }

@@ -1,4 +1,4 @@
-import { type ExecutionContext, InternalServerErrorException, type Type } from '@nestjs/common';
+import { BadRequestException, type ExecutionContext, InternalServerErrorException, type Type } from '@nestjs/common';
 import type { ModuleRef } from '@nestjs/core';
 import type { Deadlines } from '../bucket/with-timeout.js';
 import { assertBlockSeconds, assertBucketPolicy, assertCost, type CompiledPolicy } from '../policies/policy.js';
@@ -12,6 +12,11 @@ export interface RequestNumbers {
   cost: number;
 }
 
+/** The identity a resolver is asked about, with `id`: its part of the bucket key (`routeIdentity`), bounded. */
+export interface CacheableIdentity extends RateLimitIdentity {
+  id: string;
+}
+
 interface CachedLimits {
   expires: number;
   limits: Promise<ResolvedLimits>;
@@ -19,11 +24,13 @@ interface CachedLimits {
 
 /**
  * Per-request numbers of dynamic policies: functions of the request, or a `RateLimitResolver` per
- * identity (cached for `resolverCacheMs`, at most `RESOLVER_CACHE_MAX_ENTRIES` identities, oldest first
- * out). Every answer is bounded by `timeoutMs` and checked like a static policy. A policy whose numbers
+ * identity (cached for `resolverCacheMs` under the identity's bounded key part, at most
+ * `RESOLVER_CACHE_MAX_ENTRIES` identities, oldest first out, expired ones dropped as time passes). Every
+ * answer is bounded by `timeoutMs` and checked like a static policy. A policy whose numbers
  * cannot be had (a hook throws, hangs or answers invalid numbers) uses its static fallback when it has
  * one, else the request is refused with 500: a limit nobody can compute is a bug to see, never a silent
- * pass. Either way it is logged once per route and policy.
+ * pass. A cost function of the request that answers an invalid cost is the client's input: 400. Either
+ * way it is logged once per route and policy.
  */
 export class PolicyNumbers {
   private readonly resolvers = new Map<Type<RateLimitResolver>, Promise<RateLimitResolver>>();
@@ -57,13 +64,14 @@ export class PolicyNumbers {
     return instance;
   }
 
-  async numbersOf(context: ExecutionContext, route: string, policy: CompiledPolicy, who: RateLimitIdentity): Promise<RequestNumbers> {
+  async numbersOf(context: ExecutionContext, route: string, policy: CompiledPolicy, who: CacheableIdentity): Promise<RequestNumbers> {
     const dynamic = policy.dynamic!;
     const where = policy.scope === route ? route : `${route} (${policy.scope})`;
+    let numbers: RequestNumbers;
+    let cost: unknown;
     try {
       let capacity: unknown;
       let refillPerSecond: unknown;
-      let cost: unknown;
       if (dynamic.resolve !== undefined) {
         const limits = await this.resolved(dynamic.resolve, route, policy.scope, who, context);
         if (typeof limits !== 'object' || limits === null) throw new Error(`the resolver answered ${String(limits)}`);
@@ -77,12 +85,10 @@ export class PolicyNumbers {
           this.bounded(dynamic.cost!(context)),
         ]);
       }
-      const numbers = { capacity, refillPerSecond } as RequestNumbers;
+      numbers = { capacity, refillPerSecond } as RequestNumbers;
       assertBucketPolicy(numbers, where);
-      assertCost(cost, numbers.capacity, where);
+      if (!dynamic.costFromRequest) assertCost(cost, numbers.capacity, where);
       if (policy.blockSeconds > 0) assertBlockSeconds(policy.blockSeconds, numbers, false, where);
-      numbers.cost = cost as number;
-      return numbers;
     } catch (error) {
       const reason = error instanceof Error ? error.message : String(error);
       const fallback = dynamic.fallback;
@@ -96,20 +102,43 @@ export class PolicyNumbers {
       if (fallback) return fallback;
       throw new InternalServerErrorException('The rate limit of this route could not be computed');
     }
+    numbers.cost = dynamic.costFromRequest ? this.requestCost(cost, numbers.capacity, route, where) : (cost as number);
+    return numbers;
+  }
+
+  /**
+   * The answer of a cost function of the request. One that is not an integer from 1 to the capacity
+   * comes from what the client sent (an empty list, a fraction, a negative or huge count): a 400 that
+   * says why, never a 500 nor a fallback, and logged once so that the route's developer can clamp it.
+   */
+  private requestCost(cost: unknown, capacity: number, route: string, where: string): number {
+    if (typeof cost === 'number' && Number.isInteger(cost) && cost >= 1 && cost <= capacity) return cost;
+    // A number is shown as it is; anything else only by its type: a client's string is never echoed.
+    const got = typeof cost === 'number' ? String(cost) : cost === null ? 'null' : typeof cost;
+    this.once(
+      `cost|${route}|${where}`,
+      `The cost function of ${where} answered ${got} for a request, not an integer from 1 to capacity ${capacity}: ` +
+        'the request is refused with 400. Clamp what comes from the client, e.g. Math.min(capacity, Math.max(1, n)). Logged once',
+    );
+    throw new BadRequestException(`The rate-limit cost of this request must be an integer from 1 to ${capacity} (got ${got})`);
   }
 
   private resolved(
     type: Type<RateLimitResolver>,
     route: string,
     scope: string,
-    who: RateLimitIdentity,
+    who: CacheableIdentity,
     context: ExecutionContext,
   ): Promise<ResolvedLimits> {
-    const key = `${scope}\u0000${who.kind}\u0000${who.value}`;
+    // The bucket key's identity: bounded (a long or unusual value is a digest), so no client can make an
+    // entry large, and the raw value is never kept.
+    const key = `${scope}\u0000${who.id}`;
     const now = this.clock();
+    this.dropExpired(now);
     const cached = this.cache.get(key);
     if (cached !== undefined && cached.expires > now) return cached.limits;
-    const limits = this.resolver(type, route).then((resolver) => this.bounded(resolver.resolve({ kind: who.kind, value: who.value }, context)));
+    const { kind, value } = who;
+    const limits = this.resolver(type, route).then((resolver) => this.bounded(resolver.resolve({ kind, value }, context)));
     if (this.cacheMs > 0) {
       if (cached !== undefined) this.cache.delete(key);
       else if (this.cache.size >= RESOLVER_CACHE_MAX_ENTRIES) this.cache.delete(this.cache.keys().next().value as string);
@@ -121,6 +150,18 @@ export class PolicyNumbers {
       });
     }
     return limits;
+  }
+
+  /**
+   * Every entry lives `cacheMs` and a renewed one moves to the end, so the map is in order of expiry:
+   * the expired ones are at its head. Dropping them there costs one look per request, plus one per
+   * entry dropped, never a walk over the whole map.
+   */
+  private dropExpired(now: number): void {
+    for (const [key, entry] of this.cache) {
+      if (entry.expires > now) return;
+      this.cache.delete(key);
+    }
   }
 
   /** Resolver answers cached now (for tests and the note on memory). */

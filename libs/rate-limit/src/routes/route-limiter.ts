@@ -16,6 +16,7 @@ import { catchError, mergeMap } from 'rxjs/operators';
 import { RateLimitEvents } from '../events/rate-limit-events.js';
 import type { RateLimitIdentity } from '../rate-limit.interfaces.js';
 import { AddressList } from './allow-list.js';
+import { fieldResolverWarnings } from './field-resolver-check.js';
 import { PolicyNumbers } from './policy-numbers.js';
 import { BucketService, type Verdict, type VerdictSource } from '../bucket/bucket.service.js';
 import { Deadlines, RateLimitTimeoutError } from '../bucket/with-timeout.js';
@@ -151,7 +152,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     private readonly config: ApplicationConfig,
     private readonly events: RateLimitEvents,
     @Inject(BucketStore) private readonly store: BucketStore,
-    moduleRef: ModuleRef,
+    private readonly moduleRef: ModuleRef,
     /** A test replaced the module's guard (`overrideGuard(RateLimitGuard)`): what it left undecided stays so. */
     @Inject(RATE_LIMIT_GUARD_REPLACED) private readonly guardReplaced: boolean,
   ) {
@@ -214,6 +215,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
   async onApplicationBootstrap(): Promise<void> {
     await this.atStart(async () => {
       if (!this.options.guard) this.assertEveryLimitedRouteRuns();
+      for (const warning of fieldResolverWarnings(this.moduleRef, this.registry.routes())) this.once(warning, warning);
       // Every resolver is built now: one Nest cannot build stops the start, naming its route.
       for (const { plan } of this.registry.routes()) {
         for (const policy of plan?.policies ?? []) {
@@ -400,10 +402,17 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
 
   private async decideAfter(context: ExecutionContext, state: RequestState, request: any, response: unknown): Promise<void> {
     const { plan } = state;
-    const take = await this.decidePhase(context, state, request, plan.afterGuards, plan.beforeGuards.length);
+    const first = state.before?.enforced;
+    let take: PhaseTake;
+    try {
+      take = await this.decidePhase(context, state, request, plan.afterGuards, plan.beforeGuards.length);
+    } catch (error) {
+      // A 400 for a cost, a 500 for numbers nobody can compute: the request is refused, so phase 1 takes nothing either.
+      if (first?.verdict.allowed) first.verdict = await this.giveBack(first);
+      throw error;
+    }
     state.after = take;
     const after = take.enforced;
-    const first = state.before?.enforced;
     if (after !== undefined && !after.verdict.allowed && first !== undefined && first.verdict.allowed) {
       first.verdict = await this.giveBack(first);
     }
