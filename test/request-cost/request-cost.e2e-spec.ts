@@ -44,6 +44,21 @@ class CostController {
   throws() {
     return { ok: true };
   }
+
+  /** The same, with the phase-1 policy in shadow mode: it drains what it would enforced, so it is given back too. */
+  @Post('throws-shadow')
+  @RateLimit({ capacity: 5, refillPerSecond: SLOW, name: 'per-ip-shadow', enforce: false })
+  @RateLimit({
+    capacity: 10,
+    refillPerSecond: SLOW,
+    name: 'broken-2',
+    cost: () => {
+      throw new Error('size service down');
+    },
+  })
+  throwsShadow() {
+    return { ok: true };
+  }
 }
 
 describe.each(PLATFORMS)('a cost computed from the request on %s', (platform: Platform) => {
@@ -111,5 +126,10 @@ describe.each(PLATFORMS)('a cost computed from the request on %s', (platform: Pl
       expect(response.body.message).toBe('The rate limit of this route could not be computed');
     }
     expect(await tokensOf(client, ipKey('per-ip-2'))).toBeCloseTo(5, 2);
+  });
+
+  it("gives a shadow policy's phase-1 tokens back too when phase 2 throws, as it would enforced", async () => {
+    for (let i = 0; i < 3; i++) await request(url).post('/cost/throws-shadow').send({}).expect(500);
+    expect(await tokensOf(client, ipKey('per-ip-shadow'))).toBeCloseTo(5, 2);
   });
 });

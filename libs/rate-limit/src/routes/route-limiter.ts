@@ -407,8 +407,11 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
     try {
       take = await this.decidePhase(context, state, request, plan.afterGuards, plan.beforeGuards.length);
     } catch (error) {
-      // A 400 for a cost, a 500 for numbers nobody can compute: the request is refused, so phase 1 takes nothing either.
+      // A 400 for a cost, a 500 for numbers nobody can compute: the request is refused, so phase 1 takes
+      // nothing either, its shadow policies included (enforced, they would have been given back too).
       if (first?.verdict.allowed) first.verdict = await this.giveBack(first);
+      const shadowFirst = state.before?.shadow;
+      if (shadowFirst?.verdict.allowed) shadowFirst.verdict = await this.giveBack(shadowFirst);
       throw error;
     }
     state.after = take;
