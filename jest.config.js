@@ -21,6 +21,7 @@ const TIMING = [
   'test/api-keys/',
   'test/http-headers/',
   'test/penalties/',
+  'test/per-request/resolver-deadline.e2e-spec.ts',
   'test/cluster/cluster-breaker.e2e-spec.ts',
   'test/redis-connection/connection-errors.e2e-spec.ts',
   'test/redis-connection/startup-check.e2e-spec.ts',

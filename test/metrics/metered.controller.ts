@@ -20,7 +20,7 @@ export class MeteredController {
     return { ok: true };
   }
 
-  /** An unnamed policy: its scope is Controller.handler. */
+  /** An unnamed policy: its scope is Controller.handler. Capacity 20, where 10 % (2 tokens) is a boundary a test can cross. */
   @Get('unnamed')
   @RateLimit(20, SLOW)
   unnamed() {

@@ -158,6 +158,29 @@ describe.each(PLATFORMS)('OpenTelemetry metrics on %s', (platform) => {
     await expectBoundedAttributes(recorded);
   });
 
+  it('counts near the limit only below 10 % of the capacity: capacity 20, remaining 2 is not, 1 and 0 are', async () => {
+    const recorded = sdk();
+    const app = await start({ metrics: { meterProvider: recorded.provider } });
+    const near = async () => (await recorded.counts(NEAR_LIMIT)).map((point) => point.value);
+    const NEAR = { 'ratelimit.scope': 'MeteredController.unnamed', 'ratelimit.source': 'store' };
+    // 18 requests leave 19 down to 2 tokens: 2 is exactly 10 % of 20, not below it.
+    for (let i = 0; i < 18; i++) await get(app, '/metered/unnamed').expect(200);
+    expect(await near()).toEqual([]);
+    const nineteenth = await get(app, '/metered/unnamed').expect(200);
+    expect(nineteenth.headers['x-ratelimit-remaining']).toBe('1');
+    expect(await recorded.counts(NEAR_LIMIT)).toEqual([{ attributes: NEAR, value: 1 }]);
+    const twentieth = await get(app, '/metered/unnamed').expect(200);
+    expect(twentieth.headers['x-ratelimit-remaining']).toBe('0');
+    expect(await near()).toEqual([2]);
+    // A denial is not near the limit: it is over it (counted as denied).
+    await get(app, '/metered/unnamed').expect(429);
+    expect(await near()).toEqual([2]);
+    expect(await recorded.counts(DECISIONS)).toEqual([
+      decision('allowed', 'store', 20, 'MeteredController.unnamed'),
+      decision('denied', 'store', 1, 'MeteredController.unnamed'),
+    ]);
+  });
+
   it("reads the breaker as 1 while the store fails (failureMode 'open'): 5 decisions allowed by open, 5 store errors", async () => {
     const recorded = sdk();
     const app = await start({ redis: 'redis://127.0.0.1:1', failureMode: 'open', metrics: { meterProvider: recorded.provider } });

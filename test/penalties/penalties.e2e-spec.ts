@@ -12,6 +12,9 @@ import { PenalizedController } from './penalized.controller.js';
  * during the penalty change nothing, with the deny cache (answered in-process) and without it (every
  * request through the script).
  */
+/** Bursts sent before a test that could never see one answered within 1 s fails (as the failure-mode tests do). */
+const BURST_ATTEMPTS = 3;
+
 describe.each(PLATFORMS)('penalties (blockSeconds) on %s', (platform) => {
   const prefix = testPrefix(`penalties-${platform}`);
   let client: Redis;
@@ -71,6 +74,8 @@ describe.each(PLATFORMS)('penalties (blockSeconds) on %s', (platform) => {
 
       // Retries at once and a little later: refused, the wait counting down from the first refusal.
       // The penalty began between `sent` and `received`; a retry is answered between its own two times.
+      // These bounds hold at any speed, and pin the wait to exactly 30 for a retry answered within 1 s
+      // of `sent` (the lower bound is then ceil(30 - <1) = 30).
       const retry = async () => {
         const retrySent = performance.now();
         const res = await get().expect(429);
@@ -80,8 +85,7 @@ describe.each(PLATFORMS)('penalties (blockSeconds) on %s', (platform) => {
         expect(retryAfter).toBeLessThanOrEqual(Math.ceil(30 - (retrySent - received) / 1000));
         return res;
       };
-      const atOnce = await retry();
-      if (performance.now() - sent < 900) expect(atOnce.headers['retry-after']).toBe('30');
+      await retry();
       await new Promise((resolve) => setTimeout(resolve, 1_200));
       const later = await retry();
       const retryAfter = Number(later.headers['retry-after']);
@@ -95,27 +99,45 @@ describe.each(PLATFORMS)('penalties (blockSeconds) on %s', (platform) => {
     });
 
     it('lets 5 of 20 parallel requests through, and every refusal carries the same 30 s penalty', async () => {
-      const { app, keyPrefix } = await start(denyCache);
-      const started = performance.now();
-      const responses = await Promise.all(
-        Array.from({ length: 20 }, () => request(app.getHttpServer()).get('/penalized/burst')),
-      );
-      const seconds = (performance.now() - started) / 1000;
-      const statuses = responses.map((res) => res.status);
-      expect(statuses.filter((status) => status === 200)).toHaveLength(5);
-      expect(statuses.filter((status) => status === 429)).toHaveLength(15);
-      for (const res of responses.filter((r) => r.status === 429)) {
-        // 1 - 30 × 0.5 = -14 tokens, a cost of 1 is 15 tokens away at 0.5/s: 30 s, counting down from
-        // the first refusal (30 for every refusal when the burst takes less than a second, as it does).
-        const retryAfter = Number(res.headers['retry-after']);
-        expect(retryAfter).toBeLessThanOrEqual(30);
-        expect(retryAfter).toBeGreaterThanOrEqual(30 - Math.ceil(seconds));
-        expect(res.body.retryAfter).toBe(retryAfter);
+      // 1 - 30 × 0.5 = -14 tokens: a cost of 1 is 15 tokens away at 0.5/s, 30 s from the first refusal.
+      // The penalty began after `started`, and each refusal was decided before its own answer came back:
+      // its Retry-After is ceil(30 - elapsed) for an elapsed time below its answer's, bounds that hold at
+      // any speed. A burst whose refusals all came back within 1 s pins every one to exactly 30; a slower
+      // one (a loaded machine) is inconclusive about that and is sent again to a new bucket, and a test
+      // that never sees a conclusive burst fails.
+      for (let attempt = 1; ; attempt++) {
+        const { app, keyPrefix } = await start(denyCache);
+        const started = performance.now();
+        const responses = await Promise.all(
+          Array.from({ length: 20 }, async () => {
+            const res = await request(app.getHttpServer()).get('/penalized/burst');
+            return { res, elapsedMs: performance.now() - started };
+          }),
+        );
+        const statuses = responses.map(({ res }) => res.status);
+        expect(statuses.filter((status) => status === 200)).toHaveLength(5);
+        expect(statuses.filter((status) => status === 429)).toHaveLength(15);
+        const refusals = responses.filter(({ res }) => res.status === 429);
+        for (const { res, elapsedMs } of refusals) {
+          const retryAfter = Number(res.headers['retry-after']);
+          expect(res.headers['retry-after']).toMatch(/^\d+$/);
+          expect(retryAfter).toBeLessThanOrEqual(30);
+          // +1: Redis counts whole ms.
+          expect(retryAfter).toBeGreaterThanOrEqual(Math.ceil(30 - (elapsedMs + 1) / 1000));
+          expect(res.body.retryAfter).toBe(retryAfter);
+        }
+        const penalised = await bucket(keyPrefix);
+        expect(penalised.tokens).toBe(-14);
+        expect(penalised.b - penalised.ts).toBe(30_000);
+        if (refusals.every(({ elapsedMs }) => elapsedMs + 1 < 1000)) {
+          expect(refusals.map(({ res }) => res.headers['retry-after'])).toEqual(Array(15).fill('30'));
+          return;
+        }
+        const slowest = Math.max(...refusals.map(({ elapsedMs }) => elapsedMs));
+        if (attempt === BURST_ATTEMPTS) {
+          throw new Error(`inconclusive ${BURST_ATTEMPTS} times: the slowest refusal came back ${Math.round(slowest)} ms after the burst began (1 s needed)`);
+        }
       }
-      if (seconds < 0.9) expect(responses.filter((r) => r.status === 429).map((r) => r.headers['retry-after'])).toEqual(Array(15).fill('30'));
-      const penalised = await bucket(keyPrefix);
-      expect(penalised.tokens).toBe(-14);
-      expect(penalised.b - penalised.ts).toBe(30_000);
     });
 
     it('starts a new penalty with the first refusal after one has ended', async () => {

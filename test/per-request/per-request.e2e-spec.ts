@@ -126,17 +126,16 @@ describe.each(PLATFORMS)('per-request limits on %s', (platform) => {
     await request(url).get('/dyn/resolved').set('x-user', 'eve').expect(200);
   });
 
-  it('uses the static fallback when the resolver throws or hangs (answered within timeoutMs), logged once each', async () => {
-    const timeoutMs = 150;
-    const { url } = await start({ timeoutMs });
+  it('uses the static fallback when the resolver throws or hangs, logged once each', async () => {
+    // How soon a hanging resolver is given up (timeoutMs) is a wall-clock claim: resolver-deadline.e2e-spec.ts
+    // (timing project) holds it.
+    const { url } = await start({ timeoutMs: 150 });
     logs.clear();
     await request(url).get('/dyn/throwing').expect(200);
     await request(url).get('/dyn/throwing').expect(429);
-    const started = performance.now();
     await request(url).get('/dyn/hanging').expect(200);
     const denied = await request(url).get('/dyn/hanging').expect(429);
     expect(denied.headers['retry-after']).toBe('1000');
-    expect(performance.now() - started).toBeLessThan(2 * timeoutMs + 400);
     const warned = logs.of('RateLimit', 'warn');
     expect(warned.filter((m) => m.includes('PerRequestController.throwing'))).toHaveLength(1);
     expect(warned.find((m) => m.includes('PerRequestController.throwing'))).toContain('plan service down');

@@ -53,6 +53,17 @@ export class RefundsController {
     return { id };
   }
 
+  /**
+   * Capacity 5, failures given back: a failure refunds into a bucket that earlier successes have partly
+   * drained, where the cap cannot hide a token too many.
+   */
+  @Get('partial/:outcome')
+  @RateLimit({ capacity: 5, refillPerSecond: 0.001, refundOn: 'failure' })
+  partial(@Param('outcome') outcome: string) {
+    if (outcome === 'fail') throw new BadGatewayException('upstream failed');
+    return { ok: true };
+  }
+
   /** A refundOn that throws refunds nothing. */
   @Get('broken')
   @RateLimit({

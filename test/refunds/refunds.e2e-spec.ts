@@ -80,6 +80,27 @@ describe.each(PLATFORMS)('refunds by outcome on %s', (platform) => {
     await request(url).get('/refunds/upstream/ok').expect(429);
   });
 
+  it('refunds exactly the cost into a partly drained bucket: capacity 5, 3 taken, a failure given back, Remaining 1 after the next', async () => {
+    // The other refund tests give tokens back into a full bucket, where the cap hides a token too many.
+    const { url, keyPrefix } = await start();
+    const bucket = key(keyPrefix, 'RefundsController.partial');
+    for (const remaining of ['4', '3', '2']) {
+      expect((await request(url).get('/refunds/partial/ok').expect(200)).headers['x-ratelimit-remaining']).toBe(remaining);
+    }
+    // Takes 1 of 2, gives back 1: 2 again, not 3.
+    const failed = await request(url).get('/refunds/partial/fail').expect(502);
+    expect(failed.headers['x-ratelimit-remaining']).toBe('2');
+    expect(failed.headers['ratelimit-remaining']).toBe('2');
+    // 2 tokens plus what 0.001/s refilled since the first request (well under 0.05 in any run that passes its timeout).
+    const tokens = await tokensOf(client, bucket);
+    expect(tokens).toBeGreaterThanOrEqual(2);
+    expect(tokens).toBeLessThan(2.05);
+    expect((await request(url).get('/refunds/partial/ok').expect(200)).headers['x-ratelimit-remaining']).toBe('1');
+    expect((await request(url).get('/refunds/partial/ok').expect(200)).headers['x-ratelimit-remaining']).toBe('0');
+    const denied = await request(url).get('/refunds/partial/ok').expect(429);
+    expect(denied.headers['x-ratelimit-remaining']).toBe('0');
+  });
+
   it('asks a refundOn function with the status: only 404s are given back', async () => {
     const { url, keyPrefix } = await start();
     for (let i = 0; i < 4; i++) await request(url).get('/refunds/lookup/missing').expect(404);
@@ -108,6 +129,13 @@ describe.each(PLATFORMS)('refunds by outcome on %s', (platform) => {
     await request(url).get('/refunds/both?fail=1').set('x-user', 'zoe').expect(400);
     expect(await tokensOf(client, ip)).toBeCloseTo(3, 2);
     expect(await tokensOf(client, user)).toBeCloseTo(1, 2);
+    // A success now refunds into buckets below capacity (3 of 4, 1 of 2): each phase gets exactly its cost
+    // back (within 0.05: 50 s of refill at 0.001/s; a token too many is 1).
+    const ok = await request(url).get('/refunds/both').set('x-user', 'zoe').expect(200);
+    expect(await tokensOf(client, ip)).toBeCloseTo(3, 1);
+    expect(await tokensOf(client, user)).toBeCloseTo(1, 1);
+    // The headers describe the most restrictive bucket after the refund: the user's, 1 left.
+    expect(ok.headers['x-ratelimit-remaining']).toBe('1');
   });
 
   it('BucketService.refund gives tokens back, capped at capacity, and answers the bucket after it', async () => {

@@ -354,7 +354,8 @@ describe.each(PLATFORMS)('skips on %s', (platform: Platform) => {
 
 /**
  * `@SkipRateLimit(false)` on a handler "undoes its controller's skip" (the decorator's documentation):
- * also a named one. Kept apart: it fails as built (see the report).
+ * a skip by name too, so the policy the controller skipped is decided again on that handler. Its own
+ * app, with only `UndoNamedSkipController`.
  */
 describe.each(PLATFORMS)('@SkipRateLimit(false) under a named controller skip on %s', (platform: Platform) => {
   const prefix = testPrefix(`skips-undo-named-${platform}`);

@@ -1,5 +1,33 @@
 import { MAX_CAPACITY, MAX_WINDOW_SECONDS, mergeRepeatedKeys, repair, storedTtlMs, toDecision } from './token-bucket.js';
 
+describe('the numbers headers carry (toDecision)', () => {
+  // Fractional tokens and a refill that divides nothing evenly: floor and ceil give different answers.
+  const policy = { capacity: 10, refillPerSecond: 0.3 };
+
+  it('remaining is the floor of the tokens, reset the ceiling of the seconds until full', () => {
+    // 2.9 tokens: 2 remain; 7.1 tokens short at 0.3/s is 23.67 s, so 24.
+    expect(toDecision(policy, 2.9, 1, true)).toEqual({ allowed: true, limit: 10, remaining: 2, retryAfterSeconds: 0, resetSeconds: 24 });
+    // 9.99 tokens: 9 remain, and a bucket 0.01 short is not full: 1 s, not 0.
+    expect(toDecision(policy, 9.99, 1, true)).toEqual({ allowed: true, limit: 10, remaining: 9, retryAfterSeconds: 0, resetSeconds: 1 });
+    expect(toDecision(policy, 10, 1, true)).toEqual({ allowed: true, limit: 10, remaining: 10, retryAfterSeconds: 0, resetSeconds: 0 });
+  });
+
+  it('Retry-After is the ceiling of the seconds until the cost is there, and never 0 for a refusal', () => {
+    // 0.45 tokens, cost 2: 1.55 short at 0.3/s is 5.17 s, so 6; full in 9.55 / 0.3 = 31.83 s, so 32.
+    expect(toDecision(policy, 0.45, 2, false)).toEqual({ allowed: false, limit: 10, remaining: 0, retryAfterSeconds: 6, resetSeconds: 32 });
+    // Half a token short at 1000/s is 0.5 ms away: still 1 s, the smallest wait a header can say.
+    expect(toDecision({ capacity: 5, refillPerSecond: 1000 }, 0.5, 1, false)).toEqual({
+      allowed: false,
+      limit: 5,
+      remaining: 0,
+      retryAfterSeconds: 1,
+      resetSeconds: 1,
+    });
+    // A bucket that had its cost while another policy refused the request waits for nothing.
+    expect(toDecision(policy, 2.9, 1, false).retryAfterSeconds).toBe(0);
+  });
+});
+
 describe('token-bucket arithmetic with penalties', () => {
   it('toDecision: below 0 tokens nothing remains, and the waits count from the real tokens', () => {
     // A 30 s penalty at 1 token/s: 1 - 30 = -29 tokens.
