@@ -28,6 +28,34 @@ describe('MemoryBucketStore bounds', () => {
     expect(evicted.at(-1)).toBe('k150');
   });
 
+  it('evicts in write order across thousands of evictions, rewrites and clear(), as a plain list would', () => {
+    const buckets = store(50);
+    // A model: keys in write order, the oldest first.
+    let line: string[] = [];
+    const expected: string[] = [];
+    let seed = 20261201;
+    // An LCG's high bits (its low ones repeat quickly).
+    const random = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), Math.floor((seed / 2 ** 31) * n));
+    // Never refused, never full again within the test: every call writes.
+    const take = (key: string) => ({ key, capacity: 1e6, refillPerSecond: 1e-3, cost: 1 });
+    for (let step = 0; step < 20_000; step++) {
+      if (random(5000) === 0) {
+        buckets.clear();
+        line = [];
+        continue;
+      }
+      const key = `k${random(120)}`;
+      const at = line.indexOf(key);
+      if (at >= 0) line.splice(at, 1);
+      else if (line.length >= 50) expected.push(line.shift() as string);
+      line.push(key);
+      buckets.takeSync([take(key)]);
+    }
+    expect(evicted.length).toBeGreaterThan(5_000);
+    expect(evicted).toEqual(expected);
+    expect(buckets.size).toBe(line.length);
+  });
+
   it('counts a write as use: a bucket written again moves to the back of the line', () => {
     const buckets = store(3);
     for (const key of ['a', 'b', 'c']) buckets.takeSync([{ ...drain(key), cost: 1 }]);

@@ -45,6 +45,14 @@ export class MemoryBucketStore implements BucketStore {
   readonly remote = false;
   /** In the order they were last written: the first is the least recently used. */
   private readonly buckets = new Map<string, StoredBucket>();
+  /**
+   * Where the least recently written bucket is: an iterator kept from one eviction to the next. A fresh
+   * `entries().next()` per eviction walks past every slot the Map's deletes left at its front (V8 compacts
+   * them only when it rehashes), which made each new identity of a full store cost a scan of up to a
+   * third of it. Everything before the iterator was evicted or moved to the end (written again), so the
+   * next entry it yields is the oldest one.
+   */
+  private oldest: Iterator<[string, StoredBucket]> | undefined;
   private writesSinceSweep = 0;
   private readonly clock: () => number;
   private readonly maxBuckets: number;
@@ -123,6 +131,7 @@ export class MemoryBucketStore implements BucketStore {
   /** Forgets every bucket (the local fallback when Redis answers again: Redis' buckets are the truth). */
   clear(): void {
     this.buckets.clear();
+    this.oldest = undefined;
     this.writesSinceSweep = 0;
   }
 
@@ -154,7 +163,12 @@ export class MemoryBucketStore implements BucketStore {
   private makeRoom(now: number): void {
     if (this.writesSinceSweep >= Math.min(SWEEP_EVERY, Math.ceil(this.maxBuckets / 16))) this.sweep(now);
     if (this.buckets.size < this.maxBuckets) return;
-    const [key, bucket] = this.buckets.entries().next().value as [string, StoredBucket];
+    let next = this.oldest?.next();
+    if (next === undefined || next.done === true) {
+      this.oldest = this.buckets.entries();
+      next = this.oldest.next();
+    }
+    const [key, bucket] = next.value as [string, StoredBucket];
     this.buckets.delete(key);
     if (bucket.expiresAt > now && bucket.fullAt > now) this.onEvict?.(key);
   }
