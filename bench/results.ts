@@ -180,6 +180,13 @@ export interface StarvedRun {
     scriptCalls: number;
     scriptUsecPerCall: number;
   };
+  /**
+   * Decisions that fell to failureMode (source not 'store' or 'cache'), and how many of them were made
+   * while the probe was also waiting on Redis: a PING of the probe that took > 100 ms was in flight at
+   * some point in the 100 ms before the decision fell (sent before it, answered no earlier than 100 ms before it).
+   */
+  failedDecisions: number;
+  failedWhileProbeLate: number;
   /** 1-minute load average at the end of the phase. */
   loadAverage: number;
 }
@@ -201,6 +208,8 @@ export interface StarvedSummary {
   admitted: number;
   admittedWithoutDecision: number;
   admittedBeyondPromise: number;
+  failedDecisions: number;
+  failedWhileProbeLate: number;
   identities: number;
   identitiesOverPromise: number;
   decisionsBySource: Record<string, number>;

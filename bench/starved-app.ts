@@ -1,6 +1,6 @@
 import 'reflect-metadata';
 import type { AddressInfo } from 'node:net';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { Controller, Get, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
@@ -40,6 +40,12 @@ export interface StarvedAppStats {
   loopDelayMaxMs: number;
 }
 
+/** The stats reply: the counts, and when (epoch ms) each decision without a store answer was made. */
+export interface StarvedAppReply {
+  stats: StarvedAppStats;
+  failedAt: number[];
+}
+
 @Controller()
 class StarvedController {
   @Get('limited')
@@ -52,10 +58,13 @@ class StarvedController {
 let bySource: Record<string, number> = {};
 let admittedBySource: Record<string, number> = {};
 let decided = new Map<string, number>();
+let failedAt: number[] = [];
+const epochNow = () => performance.timeOrigin + performance.now();
 const loopDelay = monitorEventLoopDelay({ resolution: 10 });
 
 function count(event: RateLimitDecisionEvent): void {
   bySource[event.source] = (bySource[event.source] ?? 0) + 1;
+  if (event.source !== 'store' && event.source !== 'cache') failedAt.push(epochNow());
   const ip = String((event.context.switchToHttp().getRequest() as { ip?: string }).ip);
   const admitted = decided.get(ip) ?? 0;
   if (event.outcome === 'allowed') {
@@ -108,10 +117,12 @@ async function main(): Promise<void> {
       bySource = {};
       admittedBySource = {};
       decided = new Map();
+      failedAt = [];
       loopDelay.reset();
       process.send!({ type: 'reset' });
     } else if (message.type === 'stats') {
-      process.send!({ type: 'stats', stats: stats(message.boundPerIdentity) });
+      const reply: StarvedAppReply = { stats: stats(message.boundPerIdentity), failedAt };
+      process.send!({ type: 'stats', ...reply });
     }
   });
   process.once('disconnect', () => process.exit(0));

@@ -28,6 +28,12 @@ export interface ProbeStats {
   lagMaxMs: number;
 }
 
+/** The stats reply: the figures, and the PINGs that waited more than 100 ms as [sent, answered] epoch ms. */
+export interface ProbeReply {
+  stats: ProbeStats;
+  slow: [number, number][];
+}
+
 async function main(): Promise<void> {
   if (!process.send) throw new Error('starved-probe.js is started by the bench (starved-step.ts)');
   const redis = new Redis(benchRedisUrl(), { maxRetriesPerRequest: 1 });
@@ -35,6 +41,8 @@ async function main(): Promise<void> {
   await redis.ping();
   const period = STARVED.probeEveryMs;
   let latencies: number[] = [];
+  let slow: [number, number][] = [];
+  const epoch = (at: number) => performance.timeOrigin + at;
   let lags: number[] = [];
   let errors = 0;
   let window = 0;
@@ -52,7 +60,10 @@ async function main(): Promise<void> {
     redis.ping().then(
       () => {
         inFlight.delete(id);
-        if (inWindow === window) latencies.push(performance.now() - sentAt);
+        if (inWindow !== window) return;
+        const answeredAt = performance.now();
+        latencies.push(answeredAt - sentAt);
+        if (answeredAt - sentAt > STARVED.defaultTimeoutMs) slow.push([epoch(sentAt), epoch(answeredAt)]);
       },
       () => {
         inFlight.delete(id);
@@ -80,12 +91,15 @@ async function main(): Promise<void> {
         lagP99Ms: round(quantile(lags, 0.99), 2),
         lagMaxMs: round(lags.length ? Math.max(...lags) : Number.NaN, 2),
       };
-      process.send!({ type: 'stats', stats });
+      for (const sentAt of inFlight.values()) if (now - sentAt > STARVED.defaultTimeoutMs) slow.push([epoch(sentAt), epoch(now)]);
+      const reply: ProbeReply = { stats, slow };
+      process.send!({ type: 'stats', ...reply });
     } else {
       process.send!({ type: 'reset' });
     }
     window++;
     latencies = [];
+    slow = [];
     lags = [];
     errors = 0;
     inFlight.clear();

@@ -7,8 +7,8 @@ import { fmt, forkWorker, nextMessage, progress, stopChild, track } from './proc
 import { commandStats, redisCpuSeconds, scriptCost } from './redis.js';
 import type { StarvedResult, StarvedRun, StarvedSummary } from './results.js';
 import { STARVED } from './settings.js';
-import type { StarvedAppMessage, StarvedAppStats } from './starved-app.js';
-import type { ProbeStats } from './starved-probe.js';
+import type { StarvedAppMessage, StarvedAppReply } from './starved-app.js';
+import type { ProbeReply } from './starved-probe.js';
 import { quantile, round, spreadOf } from './stats.js';
 
 /**
@@ -154,7 +154,7 @@ export async function starvedStep(redis: Redis, runPrefix: string, root: string)
         const commands0 = await commandStats(redis);
         const started = performance.now();
         const measured = await load(url, 1 + runs.length, STARVED.seconds);
-        const { stats: probed } = await ask<{ stats: ProbeStats }>(probe, { type: 'stats' }, 'probe stats');
+        const { stats: probed, slow } = await ask<ProbeReply>(probe, { type: 'stats' }, 'probe stats');
         const seconds = (performance.now() - started) / 1000;
         const cpu = (await redisCpuSeconds(redis)) - cpu0;
         const cost = scriptCost(commands0, await commandStats(redis));
@@ -163,7 +163,9 @@ export async function starvedStep(redis: Redis, runPrefix: string, root: string)
         // Decisions of requests still in flight when the load stopped.
         await sleep(500);
         const boundPerIdentity = Math.floor(STARVED.capacity + STARVED.refillPerSecond * (seconds + 1));
-        const { stats } = await ask<{ stats: StarvedAppStats }>(app, { type: 'stats', boundPerIdentity }, 'app stats');
+        const { stats, failedAt } = await ask<StarvedAppReply>(app, { type: 'stats', boundPerIdentity }, 'app stats');
+        const window = STARVED.defaultTimeoutMs;
+        const whileProbeLate = failedAt.filter((at) => slow.some(([sent, answered]) => sent <= at && answered >= at - window)).length;
         const status = (code: number) => measured.statuses.get(code) ?? 0;
         const run: StarvedRun = {
           round: r + 1,
@@ -188,6 +190,8 @@ export async function starvedStep(redis: Redis, runPrefix: string, root: string)
             scriptCalls: cost.calls,
             scriptUsecPerCall: round(cost.usec / Math.max(1, cost.calls), 1),
           },
+          failedDecisions: failedAt.length,
+          failedWhileProbeLate: whileProbeLate,
           loadAverage: round(loadAverage, 2),
         };
         runs.push(run);
@@ -215,6 +219,7 @@ function describe(run: StarvedRun): string {
     `round ${run.round} ${run.load === 'cpu' ? `${run.hogs} busy loops` : 'quiet'}: ${fmt(run.client.requests)} requests ` +
     `(${fmt(run.client.requestsPerSecond)}/s), ${fmt(a.admitted)} admitted, ${a.admittedBySource.open ?? 0} without a decision, ` +
     `${a.admittedBeyondPromise} beyond the promise (${a.identitiesOverPromise} of ${fmt(a.identities)} identities); ` +
+    `${run.failedWhileProbeLate} of ${run.failedDecisions} failed decisions while a probe PING also waited > 100 ms; ` +
     `by source ${sources(a.bySource)}; Redis by the probe p50 ${p.p50Ms} / p99 ${p.p99Ms} / max ${p.maxMs} ms, ` +
     `${p.over100Ms} of ${fmt(p.probes + p.pending)} over 100 ms (probe's own timer lag max ${p.lagMaxMs} ms); app loop delay max ${a.loopDelayMaxMs} ms`
   );
@@ -236,6 +241,8 @@ function summarize(runs: readonly StarvedRun[]): StarvedSummary {
     admitted: sum((run) => run.app.admitted),
     admittedWithoutDecision: sum((run) => run.app.admittedBySource.open ?? 0),
     admittedBeyondPromise: sum((run) => run.app.admittedBeyondPromise),
+    failedDecisions: sum((run) => run.failedDecisions),
+    failedWhileProbeLate: sum((run) => run.failedWhileProbeLate),
     identities: sum((run) => run.app.identities),
     identitiesOverPromise: sum((run) => run.app.identitiesOverPromise),
     decisionsBySource: bySource,
@@ -259,7 +266,10 @@ function method(): string {
     `the call to the reply; it is starved like everything else, so its own timer lag is reported beside it. ${STARVED.rounds} rounds of one ` +
     `quiet phase and one with ${STARVED.hogs} busy loops (sh arithmetic at the bench's niceness) beside the app, Redis, the probe and the ` +
     `load generator, order alternating. "Without a decision": admissions with source 'open' (the store failed or was late, and failureMode let ` +
-    `the request through). "Beyond the promise": for each identity, admissions minus ${STARVED.capacity} when positive, summed.`
+    `the request through). "Beyond the promise": for each identity, admissions minus ${STARVED.capacity} when positive, summed. ` +
+    `"While a probe PING waited": decisions that fell to failureMode at a moment when one of the probe's PINGs that took more than ` +
+    `${STARVED.defaultTimeoutMs} ms was in flight within the ${STARVED.defaultTimeoutMs} ms before (sent before it, answered no earlier ` +
+    `than ${STARVED.defaultTimeoutMs} ms before it; one clock, epoch ms): Redis, or the machine, was late for the probe too.`
   );
 }
 
@@ -270,8 +280,8 @@ export function renderStarved(result: StarvedResult, heading = '##'): string {
   lines.push(`${heading} Starved: ${result.settings.hogs} CPU-bound processes beside the app and Redis (issue 20, item 1)`, '');
   lines.push(`Code: ${result.code}. ${result.method}`, '');
   lines.push(
-    '| round | load | requests (req/s) | admitted | without a decision (open) | beyond the promise (identities over / all) | decisions by source | Redis by the probe p50 / p99 / max ms | probe replies > 100 ms | probe timer lag max ms | app loop delay p99 / max ms | Redis CPU % | load avg |',
-    '|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|',
+    '| round | load | requests (req/s) | admitted | without a decision (open) | beyond the promise (identities over / all) | decisions by source | fell to failureMode while a probe PING waited > 100 ms | Redis by the probe p50 / p99 / max ms | probe replies > 100 ms | probe timer lag max ms | app loop delay p99 / max ms | Redis CPU % | load avg |',
+    '|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|',
   );
   for (const run of result.runs) {
     const a = run.app;
@@ -279,16 +289,19 @@ export function renderStarved(result: StarvedResult, heading = '##'): string {
     lines.push(
       `| ${run.round} | ${run.load === 'cpu' ? `${run.hogs} busy loops` : 'quiet'} | ${cell(run.client.requests)} (${cell(run.client.requestsPerSecond)}) | ` +
         `${cell(a.admitted)} | ${cell(a.admittedBySource.open ?? 0)} | ${cell(a.admittedBeyondPromise)} (${cell(a.identitiesOverPromise)} / ${cell(a.identities)}) | ` +
-        `${sources(a.bySource)} | ${p.p50Ms} / ${p.p99Ms} / ${p.maxMs} | ${p.over100Ms} of ${cell(p.probes + p.pending)} | ${p.lagMaxMs} | ` +
+        `${sources(a.bySource)} | ${run.failedWhileProbeLate} of ${run.failedDecisions} | ${p.p50Ms} / ${p.p99Ms} / ${p.maxMs} | ${p.over100Ms} of ${cell(p.probes + p.pending)} | ${p.lagMaxMs} | ` +
         `${a.loopDelayP99Ms} / ${a.loopDelayMaxMs} | ${p.cpuPercent} | ${run.loadAverage} |`,
     );
   }
   lines.push('');
-  lines.push('| load | requests | admitted | without a decision | beyond the promise | Redis p99 by round (median, min–max) | Redis max | probe replies > 100 ms |', '|---|---:|---:|---:|---:|---:|---:|---:|');
+  lines.push(
+    '| load | requests | admitted | without a decision | beyond the promise | fell to failureMode while a probe PING waited > 100 ms | Redis p99 by round (median, min–max) | Redis max | probe replies > 100 ms |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+  );
   for (const [kind, s] of Object.entries(result.summary)) {
     lines.push(
       `| ${kind === 'cpu' ? `${result.settings.hogs} busy loops` : 'quiet'} (${s.rounds} phases) | ${cell(s.requests)} | ${cell(s.admitted)} | ${cell(s.admittedWithoutDecision)} | ` +
-        `${cell(s.admittedBeyondPromise)} | ${s.redisP99Ms.median} (${s.redisP99Ms.min}–${s.redisP99Ms.max}) ms | ${s.redisMaxMs} ms | ${s.redisOver100Ms} of ${cell(s.probes)} |`,
+        `${cell(s.admittedBeyondPromise)} | ${s.failedWhileProbeLate} of ${s.failedDecisions} | ${s.redisP99Ms.median} (${s.redisP99Ms.min}–${s.redisP99Ms.max}) ms | ${s.redisMaxMs} ms | ${s.redisOver100Ms} of ${cell(s.probes)} |`,
     );
   }
   lines.push('');
