@@ -180,13 +180,15 @@ export interface StarvedRun {
     scriptCalls: number;
     scriptUsecPerCall: number;
   };
-  /**
-   * Decisions that fell to failureMode (source not 'store' or 'cache'), and how many of them were made
-   * while the probe was also waiting on Redis: a PING of the probe that took > 100 ms was in flight at
-   * some point in the 100 ms before the decision fell (sent before it, answered no earlier than 100 ms before it).
-   */
+  /** Decisions that fell to failureMode (source not 'store' or 'cache'): sent to Redis and timed out, or not sent (breaker open). */
   failedDecisions: number;
-  failedWhileProbeLate: number;
+  /**
+   * Store calls that failed (each a decision that asked Redis and had no answer within timeoutMs of its
+   * write), judged by the probe over the decision's wait (from asked for to failed): `probeLate`, a PING
+   * of the probe in flight then took > 100 ms; else `probePrompt`, the probe sent PINGs in that wait and
+   * each was answered within 100 ms; else `probeBlind`, the probe sent nothing then (it was not running either).
+   */
+  timedOut: { total: number; probeLate: number; probePrompt: number; probeBlind: number };
   /** 1-minute load average at the end of the phase. */
   loadAverage: number;
 }
@@ -209,7 +211,7 @@ export interface StarvedSummary {
   admittedWithoutDecision: number;
   admittedBeyondPromise: number;
   failedDecisions: number;
-  failedWhileProbeLate: number;
+  timedOut: { total: number; probeLate: number; probePrompt: number; probeBlind: number };
   identities: number;
   identitiesOverPromise: number;
   decisionsBySource: Record<string, number>;

@@ -1,5 +1,7 @@
 import 'reflect-metadata';
+import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
+import { dirname, join } from 'node:path';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { Controller, Get, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
@@ -40,10 +42,16 @@ export interface StarvedAppStats {
   loopDelayMaxMs: number;
 }
 
-/** The stats reply: the counts, and when (epoch ms) each decision without a store answer was made. */
+/**
+ * The stats reply: the counts; when (epoch ms) each decision without a store answer was made; and when
+ * each store call failed (a timeout, or an error from Redis): the decisions that asked Redis and got no
+ * answer in time. The other 'open' ones were not sent at all, because the breaker was open.
+ */
 export interface StarvedAppReply {
   stats: StarvedAppStats;
   failedAt: number[];
+  /** [queued, failed] epoch ms: from the decision asked for (the hook's start) to its failure. */
+  storeFailed: [number, number][];
 }
 
 @Controller()
@@ -59,6 +67,7 @@ let bySource: Record<string, number> = {};
 let admittedBySource: Record<string, number> = {};
 let decided = new Map<string, number>();
 let failedAt: number[] = [];
+let storeFailed: [number, number][] = [];
 const epochNow = () => performance.timeOrigin + performance.now();
 const loopDelay = monitorEventLoopDelay({ resolution: 10 });
 
@@ -102,6 +111,20 @@ function stats(bound: number): StarvedAppStats {
   };
 }
 
+/**
+ * The module's internal event hub, where the metrics learn of every store call (ok, or failed: a timeout
+ * or an error). Not public API: the bench loads the class from the package's own CommonJS build, the one
+ * module instance its ESM entry re-exports, so DI finds the provider the module registered.
+ */
+interface StoreCallHub {
+  onStoreCall(listener: (event: { durationMs: number; outcome: 'ok' | 'error' }) => void): void;
+}
+function storeEventsClass(): new () => StoreCallHub {
+  const require = createRequire(import.meta.url);
+  const root = dirname(require.resolve('nest-redis-rate-limit/package.json'));
+  return (require(join(root, 'dist/cjs/events/rate-limit-events.js')) as { RateLimitEvents: new () => StoreCallHub }).RateLimitEvents;
+}
+
 async function main(): Promise<void> {
   const prefix = process.argv[2];
   if (!prefix || !process.send) throw new Error('starved-app.js is started by the bench (starved-step.ts)');
@@ -112,16 +135,22 @@ async function main(): Promise<void> {
   class StarvedAppModule {}
   const app = await NestFactory.create<NestExpressApplication>(StarvedAppModule, { logger: ['error'] });
   app.set('trust proxy', true);
+  app.get(storeEventsClass(), { strict: false }).onStoreCall((event) => {
+    if (event.outcome !== 'error') return;
+    const at = epochNow();
+    storeFailed.push([at - event.durationMs, at]);
+  });
   process.on('message', (message: StarvedAppMessage) => {
     if (message.type === 'reset') {
       bySource = {};
       admittedBySource = {};
       decided = new Map();
       failedAt = [];
+      storeFailed = [];
       loopDelay.reset();
       process.send!({ type: 'reset' });
     } else if (message.type === 'stats') {
-      const reply: StarvedAppReply = { stats: stats(message.boundPerIdentity), failedAt };
+      const reply: StarvedAppReply = { stats: stats(message.boundPerIdentity), failedAt, storeFailed };
       process.send!({ type: 'stats', ...reply });
     }
   });

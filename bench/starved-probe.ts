@@ -28,10 +28,10 @@ export interface ProbeStats {
   lagMaxMs: number;
 }
 
-/** The stats reply: the figures, and the PINGs that waited more than 100 ms as [sent, answered] epoch ms. */
+/** The stats reply: the figures, and every PING of the window as [sent, answered] epoch ms (answered: the window's end if it had not). */
 export interface ProbeReply {
   stats: ProbeStats;
-  slow: [number, number][];
+  pings: [number, number][];
 }
 
 async function main(): Promise<void> {
@@ -41,7 +41,7 @@ async function main(): Promise<void> {
   await redis.ping();
   const period = STARVED.probeEveryMs;
   let latencies: number[] = [];
-  let slow: [number, number][] = [];
+  let pings: [number, number][] = [];
   const epoch = (at: number) => performance.timeOrigin + at;
   let lags: number[] = [];
   let errors = 0;
@@ -63,7 +63,7 @@ async function main(): Promise<void> {
         if (inWindow !== window) return;
         const answeredAt = performance.now();
         latencies.push(answeredAt - sentAt);
-        if (answeredAt - sentAt > STARVED.defaultTimeoutMs) slow.push([epoch(sentAt), epoch(answeredAt)]);
+        pings.push([epoch(sentAt), epoch(answeredAt)]);
       },
       () => {
         inFlight.delete(id);
@@ -91,15 +91,15 @@ async function main(): Promise<void> {
         lagP99Ms: round(quantile(lags, 0.99), 2),
         lagMaxMs: round(lags.length ? Math.max(...lags) : Number.NaN, 2),
       };
-      for (const sentAt of inFlight.values()) if (now - sentAt > STARVED.defaultTimeoutMs) slow.push([epoch(sentAt), epoch(now)]);
-      const reply: ProbeReply = { stats, slow };
+      for (const sentAt of inFlight.values()) pings.push([epoch(sentAt), epoch(now)]);
+      const reply: ProbeReply = { stats, pings };
       process.send!({ type: 'stats', ...reply });
     } else {
       process.send!({ type: 'reset' });
     }
     window++;
     latencies = [];
-    slow = [];
+    pings = [];
     lags = [];
     errors = 0;
     inFlight.clear();

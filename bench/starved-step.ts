@@ -154,7 +154,7 @@ export async function starvedStep(redis: Redis, runPrefix: string, root: string)
         const commands0 = await commandStats(redis);
         const started = performance.now();
         const measured = await load(url, 1 + runs.length, STARVED.seconds);
-        const { stats: probed, slow } = await ask<ProbeReply>(probe, { type: 'stats' }, 'probe stats');
+        const { stats: probed, pings } = await ask<ProbeReply>(probe, { type: 'stats' }, 'probe stats');
         const seconds = (performance.now() - started) / 1000;
         const cpu = (await redisCpuSeconds(redis)) - cpu0;
         const cost = scriptCost(commands0, await commandStats(redis));
@@ -163,9 +163,7 @@ export async function starvedStep(redis: Redis, runPrefix: string, root: string)
         // Decisions of requests still in flight when the load stopped.
         await sleep(500);
         const boundPerIdentity = Math.floor(STARVED.capacity + STARVED.refillPerSecond * (seconds + 1));
-        const { stats, failedAt } = await ask<StarvedAppReply>(app, { type: 'stats', boundPerIdentity }, 'app stats');
-        const window = STARVED.defaultTimeoutMs;
-        const whileProbeLate = failedAt.filter((at) => slow.some(([sent, answered]) => sent <= at && answered >= at - window)).length;
+        const { stats, failedAt, storeFailed } = await ask<StarvedAppReply>(app, { type: 'stats', boundPerIdentity }, 'app stats');
         const status = (code: number) => measured.statuses.get(code) ?? 0;
         const run: StarvedRun = {
           round: r + 1,
@@ -191,7 +189,7 @@ export async function starvedStep(redis: Redis, runPrefix: string, root: string)
             scriptUsecPerCall: round(cost.usec / Math.max(1, cost.calls), 1),
           },
           failedDecisions: failedAt.length,
-          failedWhileProbeLate: whileProbeLate,
+          timedOut: judgeByProbe(storeFailed, pings),
           loadAverage: round(loadAverage, 2),
         };
         runs.push(run);
@@ -212,6 +210,22 @@ export async function starvedStep(redis: Redis, runPrefix: string, root: string)
   }
 }
 
+/** What the probe saw while each failed store call waited (see StarvedRun.timedOut). */
+function judgeByProbe(failed: readonly [number, number][], pings: readonly [number, number][]): StarvedRun['timedOut'] {
+  const late = STARVED.defaultTimeoutMs;
+  const verdict = { total: failed.length, probeLate: 0, probePrompt: 0, probeBlind: 0 };
+  for (const [queued, at] of failed) {
+    const during = pings.filter(([sent, answered]) => sent <= at && answered >= queued);
+    if (during.some(([sent, answered]) => answered - sent > late)) verdict.probeLate++;
+    else if (during.some(([sent]) => sent >= queued)) verdict.probePrompt++;
+    else verdict.probeBlind++;
+  }
+  return verdict;
+}
+
+const timedOutText = (t: StarvedRun['timedOut']) =>
+  t.total === 0 ? '0' : `${t.total}: probe late ${t.probeLate}, prompt ${t.probePrompt}, blind ${t.probeBlind}`;
+
 function describe(run: StarvedRun): string {
   const a = run.app;
   const p = run.redis;
@@ -219,7 +233,7 @@ function describe(run: StarvedRun): string {
     `round ${run.round} ${run.load === 'cpu' ? `${run.hogs} busy loops` : 'quiet'}: ${fmt(run.client.requests)} requests ` +
     `(${fmt(run.client.requestsPerSecond)}/s), ${fmt(a.admitted)} admitted, ${a.admittedBySource.open ?? 0} without a decision, ` +
     `${a.admittedBeyondPromise} beyond the promise (${a.identitiesOverPromise} of ${fmt(a.identities)} identities); ` +
-    `${run.failedWhileProbeLate} of ${run.failedDecisions} failed decisions while a probe PING also waited > 100 ms; ` +
+    `${run.failedDecisions} fell to failureMode, of which timed out ${timedOutText(run.timedOut)}; ` +
     `by source ${sources(a.bySource)}; Redis by the probe p50 ${p.p50Ms} / p99 ${p.p99Ms} / max ${p.maxMs} ms, ` +
     `${p.over100Ms} of ${fmt(p.probes + p.pending)} over 100 ms (probe's own timer lag max ${p.lagMaxMs} ms); app loop delay max ${a.loopDelayMaxMs} ms`
   );
@@ -242,7 +256,12 @@ function summarize(runs: readonly StarvedRun[]): StarvedSummary {
     admittedWithoutDecision: sum((run) => run.app.admittedBySource.open ?? 0),
     admittedBeyondPromise: sum((run) => run.app.admittedBeyondPromise),
     failedDecisions: sum((run) => run.failedDecisions),
-    failedWhileProbeLate: sum((run) => run.failedWhileProbeLate),
+    timedOut: {
+      total: sum((run) => run.timedOut.total),
+      probeLate: sum((run) => run.timedOut.probeLate),
+      probePrompt: sum((run) => run.timedOut.probePrompt),
+      probeBlind: sum((run) => run.timedOut.probeBlind),
+    },
     identities: sum((run) => run.app.identities),
     identitiesOverPromise: sum((run) => run.app.identitiesOverPromise),
     decisionsBySource: bySource,
@@ -267,9 +286,12 @@ function method(): string {
     `quiet phase and one with ${STARVED.hogs} busy loops (sh arithmetic at the bench's niceness) beside the app, Redis, the probe and the ` +
     `load generator, order alternating. "Without a decision": admissions with source 'open' (the store failed or was late, and failureMode let ` +
     `the request through). "Beyond the promise": for each identity, admissions minus ${STARVED.capacity} when positive, summed. ` +
-    `"While a probe PING waited": decisions that fell to failureMode at a moment when one of the probe's PINGs that took more than ` +
-    `${STARVED.defaultTimeoutMs} ms was in flight within the ${STARVED.defaultTimeoutMs} ms before (sent before it, answered no earlier ` +
-    `than ${STARVED.defaultTimeoutMs} ms before it; one clock, epoch ms): Redis, or the machine, was late for the probe too.`
+    `Admissions without a decision are of two kinds: decisions that asked Redis and had no answer within ${STARVED.defaultTimeoutMs} ms ` +
+    `of their write ("timed out", from the module's store-call events, an internal hook its metrics use, which give the failure's time ` +
+    `and how long since the decision was asked for), and decisions the open breaker sent to failureMode without asking. Each timed-out ` +
+    `one is judged by the probe over its wait, from asked to failed (one epoch clock): "late" when a probe PING in flight then took more ` +
+    `than ${STARVED.defaultTimeoutMs} ms, else "prompt" when the probe sent PINGs in that wait and each was answered within ` +
+    `${STARVED.defaultTimeoutMs} ms, else "blind" (the probe sent nothing then: it was not running either).`
   );
 }
 
@@ -280,7 +302,7 @@ export function renderStarved(result: StarvedResult, heading = '##'): string {
   lines.push(`${heading} Starved: ${result.settings.hogs} CPU-bound processes beside the app and Redis (issue 20, item 1)`, '');
   lines.push(`Code: ${result.code}. ${result.method}`, '');
   lines.push(
-    '| round | load | requests (req/s) | admitted | without a decision (open) | beyond the promise (identities over / all) | decisions by source | fell to failureMode while a probe PING waited > 100 ms | Redis by the probe p50 / p99 / max ms | probe replies > 100 ms | probe timer lag max ms | app loop delay p99 / max ms | Redis CPU % | load avg |',
+    '| round | load | requests (req/s) | admitted | without a decision (open) | beyond the promise (identities over / all) | decisions by source | timed out (asked Redis): while the probe saw Redis late / prompt / probe blind | Redis by the probe p50 / p99 / max ms | probe replies > 100 ms | probe timer lag max ms | app loop delay p99 / max ms | Redis CPU % | load avg |',
     '|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|',
   );
   for (const run of result.runs) {
@@ -289,19 +311,19 @@ export function renderStarved(result: StarvedResult, heading = '##'): string {
     lines.push(
       `| ${run.round} | ${run.load === 'cpu' ? `${run.hogs} busy loops` : 'quiet'} | ${cell(run.client.requests)} (${cell(run.client.requestsPerSecond)}) | ` +
         `${cell(a.admitted)} | ${cell(a.admittedBySource.open ?? 0)} | ${cell(a.admittedBeyondPromise)} (${cell(a.identitiesOverPromise)} / ${cell(a.identities)}) | ` +
-        `${sources(a.bySource)} | ${run.failedWhileProbeLate} of ${run.failedDecisions} | ${p.p50Ms} / ${p.p99Ms} / ${p.maxMs} | ${p.over100Ms} of ${cell(p.probes + p.pending)} | ${p.lagMaxMs} | ` +
+        `${sources(a.bySource)} | ${timedOutText(run.timedOut)} | ${p.p50Ms} / ${p.p99Ms} / ${p.maxMs} | ${p.over100Ms} of ${cell(p.probes + p.pending)} | ${p.lagMaxMs} | ` +
         `${a.loopDelayP99Ms} / ${a.loopDelayMaxMs} | ${p.cpuPercent} | ${run.loadAverage} |`,
     );
   }
   lines.push('');
   lines.push(
-    '| load | requests | admitted | without a decision | beyond the promise | fell to failureMode while a probe PING waited > 100 ms | Redis p99 by round (median, min–max) | Redis max | probe replies > 100 ms |',
+    '| load | requests | admitted | without a decision | beyond the promise | timed out (asked Redis) | Redis p99 by round (median, min–max) | Redis max | probe replies > 100 ms |',
     '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
   );
   for (const [kind, s] of Object.entries(result.summary)) {
     lines.push(
       `| ${kind === 'cpu' ? `${result.settings.hogs} busy loops` : 'quiet'} (${s.rounds} phases) | ${cell(s.requests)} | ${cell(s.admitted)} | ${cell(s.admittedWithoutDecision)} | ` +
-        `${cell(s.admittedBeyondPromise)} | ${s.failedWhileProbeLate} of ${s.failedDecisions} | ${s.redisP99Ms.median} (${s.redisP99Ms.min}–${s.redisP99Ms.max}) ms | ${s.redisMaxMs} ms | ${s.redisOver100Ms} of ${cell(s.probes)} |`,
+        `${cell(s.admittedBeyondPromise)} | ${timedOutText(s.timedOut)} | ${s.redisP99Ms.median} (${s.redisP99Ms.min}–${s.redisP99Ms.max}) ms | ${s.redisMaxMs} ms | ${s.redisOver100Ms} of ${cell(s.probes)} |`,
     );
   }
   lines.push('');
