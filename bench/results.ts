@@ -185,8 +185,9 @@ export interface StarvedRun {
   /**
    * Store calls that failed (each a decision that asked Redis and had no answer within timeoutMs of its
    * write), judged by the probe over the decision's wait (from asked for to failed): `probeLate`, a PING
-   * of the probe in flight then took > 100 ms; else `probePrompt`, the probe sent PINGs in that wait and
-   * each was answered within 100 ms; else `probeBlind`, the probe sent nothing then (it was not running either).
+   * of the probe in flight then took > 100 ms; `probePrompt`, the probe had a PING in flight at every moment
+   * of the wait (no gap over two periods) and each was answered within 100 ms; `probeBlind`, otherwise
+   * (the probe itself did not run for part of the wait).
    */
   timedOut: { total: number; probeLate: number; probePrompt: number; probeBlind: number };
   /** 1-minute load average at the end of the phase. */

@@ -133,7 +133,9 @@ async function main(): Promise<void> {
     controllers: [StarvedController],
   })
   class StarvedAppModule {}
-  const app = await NestFactory.create<NestExpressApplication>(StarvedAppModule, { logger: ['error'] });
+  // BENCH_STARVED_WARN=1: the module's warnings too (what failed, when the breaker opens and closes).
+  const logger = process.env.BENCH_STARVED_WARN === '1' ? (['error', 'warn'] as const) : (['error'] as const);
+  const app = await NestFactory.create<NestExpressApplication>(StarvedAppModule, { logger: [...logger] });
   app.set('trust proxy', true);
   app.get(storeEventsClass(), { strict: false }).onStoreCall((event) => {
     if (event.outcome !== 'error') return;

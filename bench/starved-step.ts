@@ -210,15 +210,30 @@ export async function starvedStep(redis: Redis, runPrefix: string, root: string)
   }
 }
 
-/** What the probe saw while each failed store call waited (see StarvedRun.timedOut). */
+/**
+ * What the probe saw while each failed store call waited, from asked for to failed (see StarvedRun.timedOut):
+ * late, when one of its PINGs in flight then took more than timeoutMs; prompt, when it had a PING in flight
+ * at every moment of the wait (no gap over two periods) and each was answered within timeoutMs; otherwise
+ * blind (the probe itself was not running for part of the wait, so a stall of Redis could hide there).
+ */
 function judgeByProbe(failed: readonly [number, number][], pings: readonly [number, number][]): StarvedRun['timedOut'] {
   const late = STARVED.defaultTimeoutMs;
+  const maxGap = 2 * STARVED.probeEveryMs;
   const verdict = { total: failed.length, probeLate: 0, probePrompt: 0, probeBlind: 0 };
   for (const [queued, at] of failed) {
-    const during = pings.filter(([sent, answered]) => sent <= at && answered >= queued);
-    if (during.some(([sent, answered]) => answered - sent > late)) verdict.probeLate++;
-    else if (during.some(([sent]) => sent >= queued)) verdict.probePrompt++;
-    else verdict.probeBlind++;
+    const during = pings.filter(([sent, answered]) => sent <= at && answered >= queued).sort((a, b) => a[0] - b[0]);
+    if (during.some(([sent, answered]) => answered - sent > late)) {
+      verdict.probeLate++;
+      continue;
+    }
+    let covered = queued;
+    let gap = false;
+    for (const [sent, answered] of during) {
+      if (sent - covered > maxGap) gap = true;
+      covered = Math.max(covered, answered);
+    }
+    if (gap || at - covered > maxGap) verdict.probeBlind++;
+    else verdict.probePrompt++;
   }
   return verdict;
 }
@@ -290,8 +305,9 @@ function method(): string {
     `of their write ("timed out", from the module's store-call events, an internal hook its metrics use, which give the failure's time ` +
     `and how long since the decision was asked for), and decisions the open breaker sent to failureMode without asking. Each timed-out ` +
     `one is judged by the probe over its wait, from asked to failed (one epoch clock): "late" when a probe PING in flight then took more ` +
-    `than ${STARVED.defaultTimeoutMs} ms, else "prompt" when the probe sent PINGs in that wait and each was answered within ` +
-    `${STARVED.defaultTimeoutMs} ms, else "blind" (the probe sent nothing then: it was not running either).`
+    `than ${STARVED.defaultTimeoutMs} ms; "prompt" when the probe had a PING in flight at every moment of the wait (no gap over ` +
+    `${2 * STARVED.probeEveryMs} ms) and each was answered within ${STARVED.defaultTimeoutMs} ms, so Redis kept answering the probe while ` +
+    `the decision waited; "blind" otherwise (the probe itself did not run for part of the wait, so a stall of Redis could hide there).`
   );
 }
 
