@@ -5,6 +5,14 @@ declare module 'autocannon' {
     connections?: number;
     duration?: number;
     pipelining?: number;
+    /** The requests each connection sends in turn; `setupRequest` is called for every request sent. */
+    requests?: RequestOptions[];
+  }
+  interface RequestOptions {
+    method?: string;
+    path?: string;
+    headers?: Record<string, string>;
+    setupRequest?: (request: RequestOptions & { headers: Record<string, string> }) => RequestOptions;
   }
   interface Histogram {
     average: number;

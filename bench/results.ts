@@ -1,3 +1,5 @@
+import type { ProbeStats } from './starved-probe.js';
+import type { StarvedAppStats } from './starved-app.js';
 import type { HttpPath, HttpVariant, LimiterName, PromiseLimiter } from './settings.js';
 import type { Spread, Verdict } from './stats.js';
 
@@ -34,6 +36,8 @@ export interface BenchResults {
     summary: Partial<Record<LimiterName, DecisionSummary>>;
   };
   promise: Partial<Record<PromiseLimiter, PromiseResult>>;
+  /** The starved step, when the run had it (BENCH_ONLY=...,starved); also written to <date>-starved.json. */
+  starved?: StarvedResult;
   targets: Target[];
 }
 
@@ -144,4 +148,79 @@ export interface Target {
   /** Other figures behind it (e.g. the peers' medians). */
   detail: string;
   verdict: Verdict;
+}
+
+/** One phase of the starved step: the app's decisions next to Redis' latency seen by the probe. */
+export interface StarvedRun {
+  round: number;
+  /** 'quiet': nothing else running; 'cpu': `hogs` CPU-bound processes beside the app and Redis. */
+  load: 'quiet' | 'cpu';
+  hogs: number;
+  seconds: number;
+  /** The load generator's view (autocannon in the bench process). */
+  client: {
+    requests: number;
+    requestsPerSecond: number;
+    status2xx: number;
+    status429: number;
+    otherStatus: number;
+    errors: number;
+    p50Ms: number;
+    p99Ms: number;
+  };
+  /** What each identity may get in the phase: capacity + refill·t, floored. */
+  boundPerIdentity: number;
+  /** The app's onDecision counts and its own event-loop delay. */
+  app: StarvedAppStats;
+  /** The separate probe: PING latency from a process of its own, over the same phase. */
+  redis: ProbeStats & {
+    /** Redis main-thread CPU over the phase, % of one core (INFO cpu). */
+    cpuPercent: number;
+    /** Script calls (EVALSHA) over the phase and their mean cost inside Redis (INFO commandstats). */
+    scriptCalls: number;
+    scriptUsecPerCall: number;
+  };
+  /** Decisions that fell to failureMode (source not 'store' or 'cache'): sent to Redis and timed out, or not sent (breaker open). */
+  failedDecisions: number;
+  /**
+   * Store calls that failed (each a decision that asked Redis and had no answer within timeoutMs of its
+   * write), judged by the probe over the decision's wait (from asked for to failed): `probeLate`, a PING
+   * of the probe in flight then took > 100 ms; `probePrompt`, the probe had a PING in flight at every moment
+   * of the wait (no gap over two periods) and each was answered within 100 ms; `probeBlind`, otherwise
+   * (the probe itself did not run for part of the wait).
+   */
+  timedOut: { total: number; probeLate: number; probePrompt: number; probeBlind: number };
+  /** 1-minute load average at the end of the phase. */
+  loadAverage: number;
+}
+
+export interface StarvedResult {
+  date: string;
+  /** The library's commit (git HEAD) and whether libs/ had changes not committed: a before-fix run says so. */
+  code: string;
+  settings: Record<string, number>;
+  method: string;
+  runs: StarvedRun[];
+  /** Sums and extremes per load over the rounds. */
+  summary: Record<'quiet' | 'cpu', StarvedSummary>;
+}
+
+export interface StarvedSummary {
+  rounds: number;
+  requests: number;
+  admitted: number;
+  admittedWithoutDecision: number;
+  admittedBeyondPromise: number;
+  failedDecisions: number;
+  timedOut: { total: number; probeLate: number; probePrompt: number; probeBlind: number };
+  identities: number;
+  identitiesOverPromise: number;
+  decisionsBySource: Record<string, number>;
+  /** Per-round medians and the worst round of the probe. */
+  redisP50Ms: Spread;
+  redisP99Ms: Spread;
+  redisMaxMs: number;
+  redisOver100Ms: number;
+  probes: number;
+  appLoopDelayMaxMs: number;
 }

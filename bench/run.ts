@@ -12,6 +12,7 @@ import { deleteKeys, type OwnRedis, startOwnRedis } from './redis.js';
 import { renderReport } from './report.js';
 import type { BenchResults } from './results.js';
 import { LIMITS, PROBE_LENGTH_MS, PROBE_OPEN_MS, SETTINGS } from './settings.js';
+import { renderStarved, starvedPlannedSeconds, starvedStep } from './starved-step.js';
 import { round } from './stats.js';
 import { targets } from './targets.js';
 
@@ -26,6 +27,11 @@ import { targets } from './targets.js';
  *
  * BENCH_ONLY=http,decisions,promise runs a subset, BENCH_VARIANTS=ours,... only some HTTP variants; such
  * runs write <date>-partial.* (BENCH_OUT=<name> names the files). Durations: see settings.ts.
+ *
+ * BENCH_ONLY=starved (or a list with it) adds the starved step: our app with default options beside 16
+ * busy loops (see starved-step.ts). Not in the default run: for about two minutes it keeps the machine
+ * fully busy, and it measures what CPU starvation does to the failure mode, not the overhead the other
+ * steps compare. It writes <date>-starved.{json,md} (BENCH_OUT=<name>: <name>-starved.*); run alone, only those.
  * BENCH_PROFILE=<variant> starts that HTTP variant with --cpu-prof (profiles in .bench-tmp/profiles).
  */
 
@@ -33,6 +39,10 @@ const ROOT = resolve(HERE, '../..');
 const RESULTS_DIR = join(ROOT, 'bench', 'results');
 const RUN_PREFIX = `rl-bench:${randomUUID().slice(0, 8)}:`;
 const ONLY = new Set((process.env.BENCH_ONLY ?? 'http,decisions,promise').split(',').map((s) => s.trim()));
+/** The steps of the default run; 'starved' is only run when BENCH_ONLY names it. */
+const MAIN_STEPS = ['http', 'decisions', 'promise'];
+const UNKNOWN_STEP = [...ONLY].find((step) => ![...MAIN_STEPS, 'starved'].includes(step));
+if (UNKNOWN_STEP !== undefined) throw new Error(`BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, starved)`);
 const EXTERNAL_REDIS = process.env.BENCH_REDIS_URL;
 
 let ownRedis: OwnRedis | undefined;
@@ -64,6 +74,7 @@ function plan(): number {
   if (ONLY.has('http')) seconds += httpPlannedSeconds();
   if (ONLY.has('decisions')) seconds += decisionsPlannedSeconds();
   if (ONLY.has('promise')) seconds += promisePlannedSeconds();
+  if (ONLY.has('starved')) seconds += starvedPlannedSeconds();
   return seconds;
 }
 
@@ -157,6 +168,8 @@ async function main(): Promise<void> {
     }
     if (ONLY.has('decisions')) results.decisions = await decisionsStep(redis, RUN_PREFIX, ownRedis === undefined);
     if (ONLY.has('promise')) results.promise = await promiseStep(RUN_PREFIX);
+    // Last: its busy loops must not disturb the other steps.
+    if (ONLY.has('starved')) results.starved = await starvedStep(redis, RUN_PREFIX, ROOT);
   } finally {
     await Promise.all(liveChildren().map((child) => stopChild(child, 'SIGKILL')));
     if (!ownRedis) console.log(`[cleanup] deleted ${await deleteKeys(redis, `${RUN_PREFIX}*`)} keys under ${RUN_PREFIX}`);
@@ -166,10 +179,22 @@ async function main(): Promise<void> {
 
   results.machine.loadAverageAtEnd = loadavg().map((n) => round(n, 2));
   results.durationSeconds = round((Date.now() - startedAt) / 1000, 1);
-  results.targets = targets(results);
   mkdirSync(RESULTS_DIR, { recursive: true });
+  if (results.starved) {
+    const starvedBase = join(RESULTS_DIR, `${process.env.BENCH_OUT ?? results.date}-starved`);
+    const starved = { machine: results.machine, ...results.starved };
+    writeFileSync(`${starvedBase}.json`, `${JSON.stringify(starved, null, 2)}\n`);
+    const markdown = `${renderStarved(results.starved, '#')}\nMachine: ${results.machine.cpu} × ${results.machine.cores}, ${results.machine.os}, Node ${results.machine.node}, Redis ${results.machine.redis} (${results.machine.redisServer}). ${results.machine.note}\n`;
+    writeFileSync(`${starvedBase}.md`, markdown);
+    console.log('');
+    console.log(markdown);
+    console.log(`wrote ${relative(ROOT, starvedBase)}.{json,md}`);
+    // Run alone: the other steps' files would be empty.
+    if (!MAIN_STEPS.some((step) => ONLY.has(step))) return;
+  }
+  results.targets = targets(results);
   // A subset run must not overwrite the day's full results.
-  const partial = ONLY.size < 3 || process.env.BENCH_VARIANTS !== undefined;
+  const partial = !MAIN_STEPS.every((step) => ONLY.has(step)) || process.env.BENCH_VARIANTS !== undefined;
   const base = join(RESULTS_DIR, process.env.BENCH_OUT ?? `${results.date}${partial ? '-partial' : ''}`);
   writeFileSync(`${base}.json`, `${JSON.stringify(results, null, 2)}\n`);
   writeFileSync(`${base}.svg`, renderChart(results));

@@ -146,3 +146,24 @@ export const SHORT_LABELS: Record<HttpVariant | LimiterName, string> = {
   'rate-limiter-flexible': 'rate-limiter-flexible',
   reference: 'floor: reference script',
 };
+
+/**
+ * The starved step (BENCH_ONLY=starved; not part of the default run): our app with default options
+ * beside `hogs` CPU-bound processes, measured in `rounds` rounds of one quiet and one loaded phase of
+ * `seconds` each. The route's bucket: `capacity` tokens, `refillPerSecond` (one token per 1000 s, so a
+ * client's promise over a phase is `capacity`). Each client identity (an X-Forwarded-For address) gets
+ * `perIdentity` consecutive requests of the load, spread over the connections, so they arrive together.
+ */
+export const STARVED = {
+  rounds: numberFromEnv('BENCH_STARVED_ROUNDS', 3),
+  seconds: numberFromEnv('BENCH_STARVED_SECONDS', 15),
+  hogs: numberFromEnv('BENCH_STARVED_HOGS', 16),
+  connections: numberFromEnv('BENCH_STARVED_CONNECTIONS', 64),
+  perIdentity: numberFromEnv('BENCH_STARVED_PER_IDENTITY', 20),
+  /** The separate probe's period: one PING every this many ms. */
+  probeEveryMs: numberFromEnv('BENCH_STARVED_PROBE_MS', 10),
+  capacity: 5,
+  refillPerSecond: 0.001,
+  /** The library's default timeoutMs: what a probe reply later than this would have cost a decision. */
+  defaultTimeoutMs: 100,
+};
