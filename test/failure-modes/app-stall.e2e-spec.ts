@@ -1,8 +1,10 @@
 import { Controller, Get, type INestApplication, Module } from '@nestjs/common';
-import { RateLimit, RateLimitModule, type RateLimitDecisionEvent } from 'nest-redis-rate-limit';
+import { BucketService, RateLimit, RateLimitModule, type RateLimitDecisionEvent } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { burst } from '../support/burst.js';
 import { redisUrl, testPrefix } from '../support/redis.js';
+// Not public: the store-call events the metrics' store-duration histogram is recorded from.
+import { RateLimitEvents, type StoreCallEvent } from '../../libs/rate-limit/src/events/rate-limit-events.js';
 
 /**
  * The deadline measures Redis, not the app (issue 20 item 1). With the default options
@@ -78,6 +80,23 @@ describe.each(PLATFORMS)('the deadline measures Redis, not the app, with default
         sources: [],
       });
     }
+  });
+
+  it('reports store latency from the write: of 10 decisions asked for before a 300 ms stall, only the one written before it counts it', async () => {
+    await start();
+    const calls: StoreCallEvent[] = [];
+    app.get(RateLimitEvents).onStoreCall((event) => calls.push(event));
+    const buckets = app.get(BucketService);
+    // One turn: the first decision is written at once, the other 9 wait for the turn's shared call; then
+    // the app holds the loop. Redis answers in a few ms, but only after the stall can the app read it.
+    const decisions = Array.from({ length: 10 }, (_, i) => buckets.consume(`stall-${platform}-${i}`, { capacity: 1, refillPerSecond: 1 }));
+    const until = performance.now() + BLOCK_MS;
+    while (performance.now() < until);
+    expect((await Promise.all(decisions)).map((decision) => decision.allowed)).toEqual(Array(10).fill(true));
+    expect(calls.map((call) => call.outcome)).toEqual(Array(10).fill('ok'));
+    // Before the fix, all 10 counted the stall (their clocks started when they were asked for).
+    expect(calls.filter((call) => call.durationMs >= BLOCK_MS).length).toBe(1);
+    expect(calls.filter((call) => call.durationMs < BLOCK_MS / 2).length).toBe(9);
   });
 
   it(`admits at most ${CAPACITY} of a cold app's first burst of 300, every one decided by Redis`, async () => {

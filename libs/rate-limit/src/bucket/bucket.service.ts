@@ -319,10 +319,22 @@ export class BucketService {
       }
     }
     const timed = this.events.storeWatched;
-    const started = timed ? performance.now() : 0;
+    // The store's latency, like its deadline, runs from the write: a decision that waited for the turn's
+    // shared call did not wait for Redis meanwhile (a call refused before any write counts from here).
+    let started = timed ? performance.now() : 0;
     try {
       const result = this.store.remote
-        ? await this.deadlines.raceSent((sent) => this.store.take(requests, { dryRun, sent }))
+        ? await this.deadlines.raceSent((sent) =>
+            this.store.take(requests, {
+              dryRun,
+              sent: timed
+                ? () => {
+                    started = performance.now();
+                    sent();
+                  }
+                : sent,
+            }),
+          )
         : await this.store.take(requests, options);
       if (timed) this.events.storeCall({ durationMs: performance.now() - started, outcome: 'ok' });
       if (this.breakers.size > 0) this.recovered(requests);
