@@ -71,7 +71,8 @@ export interface PenaltyReport {
  * State that can be trusted, or undefined for a bucket to treat as missing (full). Non-finite tokens or
  * stamps count as missing; tokens below `-blockSeconds * R` (0 without a penalty) as 0, unless a
  * penalty runs (`penaltyRuns`: started by any caller of the bucket, whatever its numbers), which keeps
- * them down to `-MAX_CAPACITY`; a stamp more than `FUTURE_TOLERANCE_MS` ahead of `now` as now. The
+ * them down to `-min(MAX_CAPACITY, MAX_WINDOW_SECONDS * R)` (what refills within the longest window, so
+ * the TTL stays within bounds); a stamp more than `FUTURE_TOLERANCE_MS` ahead of `now` as now. The
  * script does the same in Lua. Answers `state` itself when nothing needed repair.
  */
 export function repair<S extends BucketState>(
@@ -84,7 +85,7 @@ export function repair<S extends BucketState>(
   if (state === undefined) return undefined;
   const { tokens, ts } = state;
   if (!Number.isFinite(tokens) || !Number.isFinite(ts)) return undefined;
-  const lowest = penaltyRuns ? -MAX_CAPACITY : -(blockSeconds * refillPerSecond);
+  const lowest = penaltyRuns ? -Math.min(MAX_CAPACITY, MAX_WINDOW_SECONDS * refillPerSecond) : -(blockSeconds * refillPerSecond);
   const legal = tokens >= 0 || !(tokens < lowest);
   if (legal && ts <= now + FUTURE_TOLERANCE_MS) return state;
   return { tokens: legal ? tokens : 0, ts: ts > now + FUTURE_TOLERANCE_MS ? now : ts };
@@ -108,23 +109,29 @@ export function penaltyCostOf(request: BucketRequest): number {
 /**
  * What a refused take is told while a penalty runs until `end`: never more tokens than leave it its
  * cost exactly when the penalty ends, at its own refill rate (so its Retry-After is the penalty's
- * remaining time, whatever numbers the caller that started it had). The script does the same.
+ * remaining time, whatever numbers the caller that started it had), and never below -MAX_CAPACITY.
+ * The script does the same.
  */
 export function shownTokens(tokens: number, cost: number, refillPerSecond: number, end: number | undefined, now: number): number {
   if (end === undefined) return tokens;
-  const most = cost - ((end - now) * refillPerSecond) / 1000;
+  let most = cost - ((end - now) * refillPerSecond) / 1000;
+  if (!(most >= -MAX_CAPACITY)) most = -MAX_CAPACITY;
   return most < tokens ? most : tokens;
 }
 
 /**
  * How long a written bucket is kept: the idle TTL, or longer for a bucket below 0 tokens (a penalty),
- * so that it cannot expire (and come back full) before it has refilled.
+ * so that it cannot expire (and come back full) before it has refilled, and at least while its penalty
+ * runs (`penaltyLeftMs`, at most 2 * MAX_WINDOW_SECONDS).
  */
-export function storedTtlMs(policy: BucketPolicy, tokens: number): number {
-  const idle = idleTtlMs(policy);
-  if (!(tokens < 0)) return idle;
-  const fill = Math.ceil(((policy.capacity - tokens) / policy.refillPerSecond) * 1000);
-  return fill > idle ? fill : idle;
+export function storedTtlMs(policy: BucketPolicy, tokens: number, penaltyLeftMs = 0): number {
+  let ttl = idleTtlMs(policy);
+  if (tokens < 0) {
+    const fill = Math.ceil(((policy.capacity - tokens) / policy.refillPerSecond) * 1000);
+    if (fill > ttl) ttl = fill;
+  }
+  if (penaltyLeftMs > ttl) ttl = Math.min(Math.ceil(penaltyLeftMs), 2 * MAX_WINDOW_SECONDS * 1000);
+  return ttl;
 }
 
 /** Tokens in a bucket at `now`: what it had plus the refill since, never more than a full bucket. */

@@ -86,8 +86,10 @@ export class MemoryBucketStore implements BucketStore {
     const tokens = requests.map((request, i) => refill(states[i], request, now));
     // A running penalty refuses every take, whatever the numbers of the caller.
     const allowed = options.refund === true || requests.every((request, i) => tokens[i] >= request.cost && ends[i] === undefined);
+    // What a refused take is told depends on the penalties that ran when it was decided, not on one it starts.
+    const running = allowed ? ends : ends.slice();
     const result = (): TakeResult & PenaltyReport => {
-      const told = allowed ? tokens : tokens.map((t, i) => shownTokens(t, requests[i].cost, requests[i].refillPerSecond, ends[i], now));
+      const told = allowed ? tokens : tokens.map((t, i) => shownTokens(t, requests[i].cost, requests[i].refillPerSecond, running[i], now));
       return penalties ? { allowed, tokens: told, penaltyMs: ends.map((end) => (end === undefined ? 0 : end - now)) } : { allowed, tokens: told };
     };
     if (options.dryRun) return result();
@@ -110,7 +112,7 @@ export class MemoryBucketStore implements BucketStore {
         tokens: tokens[i],
         ts,
         // Never sooner than it was: a caller with other numbers (a route sharing the name) may need it longer.
-        expiresAt: Math.max(now + storedTtlMs(request, tokens[i]), before?.expiresAt ?? -Infinity),
+        expiresAt: Math.max(now + storedTtlMs(request, tokens[i], ends[i] === undefined ? 0 : ends[i]! - now), before?.expiresAt ?? -Infinity),
         // Refilling from ts; one ms more than the arithmetic says, so that rounding never forgets a bucket short of full.
         fullAt: Math.max(Math.max(ts, now) + Math.ceil(((request.capacity - tokens[i]) * 1000) / request.refillPerSecond) + 1, before?.fullAt ?? -Infinity),
       };

@@ -192,8 +192,8 @@ local function numbers(i, k, a, penalty)
       return nil, refused(i, k, 'blockSeconds must be from 0 to ' .. MAX_WINDOW_SECONDS .. ' with blockSeconds * refill at most ' .. MAX_CAPACITY)
     end
     local pcost = tonumber(ARGV[a + 4])
-    if not pcost or pcost ~= floor(pcost) or pcost < 0 or pcost > MAX_CAPACITY then
-      return nil, refused(i, k, 'penalty cost must be an integer from 0 to ' .. MAX_CAPACITY)
+    if not pcost or pcost ~= floor(pcost) or pcost < 0 or pcost == HUGE then
+      return nil, refused(i, k, 'penalty cost must be an integer >= 0')
     end
     least = pcost - block * rate
   end
@@ -214,8 +214,14 @@ local function load(key, cap, rate, block)
     repaired = exists
     t, ts = cap, now
   else
-    -- While a penalty runs, any caller keeps the tokens it left (down to what any penalty can leave).
-    if t < 0 and t < (ends and -MAX_CAPACITY or -(block * rate)) then
+    -- While a penalty runs, any caller keeps the tokens it left: down to what refills within the longest
+    -- window at this caller's rate (at most MAX_CAPACITY), so that its TTL stays within bounds.
+    local lowest = block * rate
+    if ends then
+      lowest = MAX_WINDOW_SECONDS * rate
+      if lowest > MAX_CAPACITY then lowest = MAX_CAPACITY end
+    end
+    if t < 0 and t < -lowest then
       t = 0
       repaired = true
     end
@@ -232,10 +238,12 @@ local function load(key, cap, rate, block)
   return t, ts, exists, repaired, ends, exists or state[3] ~= false
 end
 
--- What a take is told while a penalty runs: never more than leaves it its cost when the penalty ends.
+-- What a take is told while a penalty runs: never more than leaves it its cost when the penalty ends
+-- (at its own refill), never below -MAX_CAPACITY.
 local function shown(t, cost, rate, ends)
   if ends then
     local most = cost - (ends - now) * rate / 1000
+    if not (most >= -MAX_CAPACITY) then most = -MAX_CAPACITY end
     if most < t then return most end
   end
   return t
@@ -264,6 +272,11 @@ local function settle(key, mode, allowed, cap, rate, cost, block, least, t, ts, 
   if t < 0 then
     local fill = ceil((cap - t) / rate * 1000)
     if fill > ttl then ttl = fill end
+  end
+  -- Never gone while its penalty runs (one another caller started, or a stored end), within the bounds.
+  if ends and ends - now > ttl then
+    ttl = ceil(ends - now)
+    if ttl > 2 * MAX_WINDOW_SECONDS * 1000 then ttl = 2 * MAX_WINDOW_SECONDS * 1000 end
   end
   -- Decisions of one call share now, and mostly their policy: each number is printed once per call.
   if ts == now then
@@ -323,10 +336,10 @@ for _ = 1, decisions do
       reply[r] = rate
     else
       local t, ts, exists, repaired, ends, held = load(key, cap, rate, block)
-      local allowed = mode == 2 or (t >= cost and not ends)
+      local allowed, running = mode == 2 or (t >= cost and not ends), ends
       t, ends = settle(key, mode, allowed, cap, rate, cost, block, least, t, ts, exists, repaired, ends, held)
       r = r + 1
-      reply[r] = code(allowed and t or shown(t, cost, rate, ends), allowed)
+      reply[r] = code(allowed and t or shown(t, cost, rate, running), allowed)
       if penalty then
         r = r + 1
         reply[r] = penaltyLeft(ends)
@@ -362,10 +375,12 @@ for _ = 1, decisions do
         if tokens[i] < costs[i] or ends[i] then allowed = false end
       end
       if mode == 2 then allowed = true end
+      local running = {}
       for i = 1, n do
+        running[i] = ends[i]
         tokens[i], ends[i] = settle(KEYS[k0 + i - 1], mode, allowed, caps[i], rates[i], costs[i], blocks[i], leasts[i], tokens[i], stamps[i], exists[i], repaired[i], ends[i], held[i])
         r = r + 1
-        reply[r] = code(allowed and tokens[i] or shown(tokens[i], costs[i], rates[i], ends[i]), allowed)
+        reply[r] = code(allowed and tokens[i] or shown(tokens[i], costs[i], rates[i], running[i]), allowed)
       end
       if penalty then
         for i = 1, n do
