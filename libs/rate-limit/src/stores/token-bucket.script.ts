@@ -12,7 +12,8 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket
  * ARGV             per decision:
  *   header         n * 8 + (4 when a bucket of it has a penalty) + mode (0 take: drain all or none,
  *                  1 peek: write nothing, 2 refund: give the cost back), n = its number of buckets
- *   per bucket     capacity, refill per second, cost (and blockSeconds after a header with the 4 bit)
+ *   per bucket     capacity, refill per second, cost (and blockSeconds, penalty cost after a header
+ *                  with the 4 bit)
  *                  and last, optionally, now in ms (tests); without it Redis TIME is the clock (the only
  *                  clock: app instances may be skewed)
  *
@@ -40,11 +41,20 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket
  * reads back as the same double (test/token-bucket/script-numbers checks it), so no string.format.
  *
  * Penalties: a bucket with blockSeconds b > 0 that lacks its cost in a refused take, and is not
- * penalised already (no field `b` > now), gets tokens min(t, cost - b*R) and `b` = now + b*1000
- * (when its penalty ends): refilling, it has its cost again exactly b seconds after the refusal. A
- * refusal during a penalty writes nothing (a penalty is never extended). Its TTL is the longer of the
- * idle TTL and the time it takes to fill from its (negative) tokens. Tokens from -(b*R) to 0 are legal
- * state then; peek and refund only need b for that.
+ * penalised already (no field `b` > now), gets tokens min(t, P - b*R) and `b` = now + b*1000 (when its
+ * penalty ends), P being the penalty cost (the policy's fixed cost, 1 when the cost is computed per
+ * request: never the refused request's own cost, which a client may choose): refilling, it has P again
+ * exactly b seconds after the refusal. A refusal during a penalty writes nothing (a penalty is never
+ * extended). Its TTL is the longer of the idle TTL and the time it takes to fill from its (negative)
+ * tokens. Tokens from -(b*R) to 0 are legal state then.
+ *
+ * Callers with other numbers (routes sharing a name, a rolling deploy): every call reads `b`. While a
+ * penalty runs, whoever started it, every take is refused (a refund is not), its tokens are kept (down
+ * to -min(MAX_CAPACITY, MAX_WINDOW_SECONDS * R), what refills within the longest window) and the reply
+ * carries at most cost - (b - now) * R / 1000 tokens, so that the caller's Retry-After is the penalty's
+ * remaining time (the usual call takes the general path then, and still gets one integer). No call
+ * shortens a key's TTL (PEXPIRE GT on an existing key; a plain PEXPIRE on a new key or one without a
+ * TTL, which GT would leave alone: Redis 7), and a key written while a penalty runs lives until its end.
  *
  * Every argument of a decision is checked, and every value to be written computed, before its first
  * write: a refused argument writes nothing for that decision (an error reply when it is alone). The
@@ -89,6 +99,8 @@ if #KEYS == 1 and (nargs == 4 or nargs == 5) then
       local t, ts = tonumber(state[1]), tonumber(state[2])
       local exists = state[1] ~= false or state[2] ~= false
       local held = exists or state[3] ~= false
+      -- Written in this very ms (a hot key): most likely with the TTL this call would set.
+      local fresh = ts == now
       local repaired = false
       if not t or not ts or t ~= t or ts ~= ts or t == HUGE or t == -HUGE or ts == HUGE or ts == -HUGE then
         repaired = exists
@@ -120,10 +132,16 @@ if #KEYS == 1 and (nargs == 4 or nargs == 5) then
         end
         if allowed or repaired then
           call('HSET', key, 'tokens', t, 'ts', ts)
-          local ttl = format('%d', ceil(2 * cap / rate * 1000))
+          local ms = ceil(2 * cap / rate * 1000)
           -- Never shorter than the TTL the key has (a caller with other numbers may have set a longer one).
-          if not held or (call('PEXPIRE', key, ttl, 'GT') == 0 and call('PTTL', key) == -1) then
-            call('PEXPIRE', key, ttl)
+          -- GT leaves a key without TTL as it is, so a refused GT asks PTTL; a key written this ms most
+          -- likely has this TTL already, so PTTL first (one call either way in the usual cases).
+          if not held then
+            call('PEXPIRE', key, format('%d', ms))
+          elseif fresh then
+            if call('PTTL', key) < ms then call('PEXPIRE', key, format('%d', ms)) end
+          elseif call('PEXPIRE', key, format('%d', ms), 'GT') == 0 and call('PTTL', key) == -1 then
+            call('PEXPIRE', key, format('%d', ms))
           end
         elseif held and call('PTTL', key) == -1 then
           call('PEXPIRE', key, format('%d', ceil(2 * cap / rate * 1000)))
