@@ -154,9 +154,14 @@ describe('corrupted bucket state in Redis', () => {
       expect(await client.hgetall(other)).toEqual({ tokens: '-29', ts: String(T0), b: String(T0 + 30_000) });
     });
 
-    it('a policy without a penalty repairs the same negative tokens to 0, as always', async () => {
-      const key = await corrupted({ tokens: '-29', ts: String(T0), b: String(T0 + 30_000) });
-      expect(await store.take([{ key, ...POLICY, cost: 1 }], { now: T0 + 1_000 })).toEqual({ allowed: true, tokens: [0] });
+    it('a policy without a penalty honours it while it runs (issue 22), and repairs negative tokens to 0 once it ended', async () => {
+      const fields = { tokens: '-29', ts: String(T0), b: String(T0 + 30_000) };
+      const key = await corrupted(fields);
+      // Refused, told the penalty's remaining 29 s at its own refill (1 - 29 = -28), nothing written.
+      expect(await store.take([{ key, ...POLICY, cost: 1 }], { now: T0 + 1_000 })).toEqual({ allowed: false, tokens: [-28] });
+      expect(await client.hgetall(key)).toEqual(fields);
+      const ended = await corrupted({ tokens: '-29', ts: String(T0), b: String(T0 + 1_000) });
+      expect(await store.take([{ key: ended, ...POLICY, cost: 1 }], { now: T0 + 1_000 })).toEqual({ allowed: true, tokens: [0] });
     });
   });
 

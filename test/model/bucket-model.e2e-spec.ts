@@ -55,6 +55,8 @@ const MAX_CAPACITY = 1e12;
 const MAX_WINDOW_SECONDS = 1e12;
 /** Real TTL given to every key that has one, after its PTTL was checked: the simulated clock decides expiry. */
 const REAL_TTL_MS = 3_600_000;
+/** Added to the simulated TTL left before each call, so that no key runs out in real time during it. */
+const SLACK_MS = 100;
 const KEYS = 3;
 
 // ---------------------------------------------------------------------------------------------------
@@ -140,11 +142,21 @@ function blockArb(rate: number): fc.Arbitrary<number | undefined> {
   );
 }
 
+/** A penalty's cost (issue 22): the request's (undefined), 1 (a cost computed per request), 0, or a fixed cost up to the capacity. */
+function penaltyCostArb(capacity: number): fc.Arbitrary<number | undefined> {
+  return fc.oneof(
+    { weight: 3, arbitrary: fc.constant(undefined) },
+    { weight: 2, arbitrary: fc.constantFrom(0, 1) },
+    { weight: 1, arbitrary: fc.double({ min: 0, max: 1, noNaN: true }).map((f) => Math.floor(f * capacity)) },
+  );
+}
+
 const policyArb: fc.Arbitrary<ModelPolicy> = capacityArb.chain((capacity) =>
   refillArb(capacity).chain((refillPerSecond) =>
-    blockArb(refillPerSecond).map((blockSeconds) =>
-      blockSeconds === undefined ? { capacity, refillPerSecond } : { capacity, refillPerSecond, blockSeconds },
-    ),
+    fc.tuple(blockArb(refillPerSecond), penaltyCostArb(capacity)).map(([blockSeconds, penaltyCost]) => {
+      if (blockSeconds === undefined) return { capacity, refillPerSecond };
+      return penaltyCost === undefined ? { capacity, refillPerSecond, blockSeconds } : { capacity, refillPerSecond, blockSeconds, penaltyCost };
+    }),
   ),
 );
 
@@ -394,6 +406,14 @@ class RedisLane implements Lane {
     // Expiry on the simulated clock: what the model says has expired is deleted first.
     const expired = requests.filter((r) => this.model.expired(r.key, now)).map((r) => r.key);
     if (expired.length > 0) await this.client.del(...expired);
+    // The simulated TTL each key has left (plus SLACK_MS, so that none runs out in real time during the
+    // call): a call must lengthen it or leave it, never shorten it (issue 22).
+    const before = this.client.multi();
+    for (const { key } of requests) {
+      const expiresAt = this.model.entries.get(key)?.expiresAt;
+      if (expiresAt !== undefined) before.pexpire(key, expiresAt - now + SLACK_MS);
+    }
+    await before.exec();
     const started = performance.now();
     const result = await this.decide(requests, mode, now, step);
     const expected = this.model.decide(requests, mode, now);
@@ -428,7 +448,9 @@ class RedisLane implements Lane {
         fail('stored bucket differs from the model', detail);
       }
       if (ttlSet !== undefined) {
-        if (!(pttl <= ttlSet + 1 && pttl >= ttlSet - elapsed - 2)) fail('the TTL the script set differs from the model', detail);
+        // The model's expiry (the longer of what the key had and what this call asked), as set before the call.
+        const left = entry.expiresAt! - now;
+        if (!(pttl <= left + SLACK_MS + 1 && pttl >= left - elapsed - 2)) fail('the TTL the script set differs from the model', { ...detail, left });
       } else if (entry.expiresAt === undefined) {
         if (pttl !== -1) fail('a TTL on a key the model has without one', detail);
       } else if (pttl < 0) {
@@ -548,9 +570,17 @@ class DenyCacheCheck {
     this.forwardStep = this.clock;
   }
 
-  /** Tokens appeared in `key` some other way: a reset elsewhere, damage written into it. */
-  gained(key: string): void {
+  /** How long a penalty the damage ended still had to run, per key (it may have been told to the cache). */
+  private readonly endedPenaltyMs = new Map<string, number>();
+
+  /**
+   * Tokens appeared in `key` some other way: a reset elsewhere, damage written into it. `penaltyLeftMs`:
+   * what a running penalty the damage removed still had to run (issue 22: a refusal during a penalty is
+   * told tokens that last until its end, so the cache may deny until then).
+   */
+  gained(key: string, penaltyLeftMs = 0): void {
     this.unseen.set(key, this.clock);
+    this.endedPenaltyMs.set(key, penaltyLeftMs);
   }
 
   /** One bucket used with another policy (by another caller): documented as outside what the cache sees. */
@@ -574,7 +604,7 @@ class DenyCacheCheck {
     return requests.some((r) => {
       const since = Math.max(this.unseen.get(r.key) ?? -Infinity, this.forwardStep);
       const block = r.blockSeconds ?? 0;
-      const windowMs = (r.capacity / r.refillPerSecond + block) * 1000;
+      const windowMs = (r.capacity / r.refillPerSecond + block) * 1000 + (this.endedPenaltyMs.get(r.key) ?? 0);
       return this.clock - since <= windowMs + 2;
     });
   }
@@ -584,7 +614,9 @@ class DenyCacheCheck {
     const denied = this.cache.deny(requests, this.clock);
     if (denied === undefined) return false;
     this.denials++;
-    const wrong = truth.allowed || denied.some((most, i) => most < truth.tokens[i] && !close(most, truth.tokens[i]));
+    // While a penalty runs every take is refused: the denial is right, and the tokens a refusal is told
+    // then depend on its cost (issue 22), so a bound learned from another cost may be below them.
+    const wrong = truth.allowed || denied.some((most, i) => !truth.running[i] && most < truth.tokens[i] && !close(most, truth.tokens[i]));
     if (wrong) {
       if (!this.isExcused(requests)) fail('the deny cache denies what the model allows (or bounds it below the model)', { step, requests, denied, truth, clock: this.clock });
       this.excused++;
@@ -668,8 +700,9 @@ describe('the token bucket against a reference model (fast-check)', () => {
             ts: op.ts === undefined ? undefined : damage(op.ts, now, policy),
             b: op.b === undefined ? undefined : damage(op.b, now, policy),
           };
+          const b = redis.model.has(keys[op.k], now) ? redis.model.entries.get(keys[op.k])?.b : undefined;
           for (const lane of lanes) await lane.corrupt(keys[op.k], fields, now, policy);
-          deny.gained(keys[op.k]);
+          deny.gained(keys[op.k], b !== undefined && Number.isFinite(b) && b > now ? b - now : 0);
           break;
         }
         default: {

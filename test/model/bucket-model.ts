@@ -17,6 +17,8 @@ export interface ModelPolicy {
   refillPerSecond: number;
   /** Penalty in seconds; undefined: none. */
   blockSeconds?: number;
+  /** The cost a penalty gives back after blockSeconds (README: the policy's cost); undefined: the request's cost. */
+  penaltyCost?: number;
 }
 
 export interface ModelRequest extends ModelPolicy {
@@ -42,10 +44,12 @@ export interface ModelOutcome {
   tokens: number[];
   /** Present when a bucket of the call has a penalty: ms each bucket's penalty still runs after now. */
   penaltyMs?: number[];
-  /** Per bucket: the TTL in ms this call set on the key, or undefined when it set none. */
+  /** Per bucket: the TTL in ms this call asked for (never shortening the key's), or undefined when it asked none. */
   ttlSet: (number | undefined)[];
   /** Per bucket: whether this call wrote the hash (tokens and ts). */
   written: boolean[];
+  /** Per bucket: whether a penalty ran when the call was decided (then `tokens` is what a refused take is told). */
+  running: boolean[];
 }
 
 const finite = (x: number | undefined): x is number => typeof x === 'number' && Number.isFinite(x);
@@ -117,9 +121,10 @@ export class BucketModel {
       entries.push(entry);
       // A bucket exists when it has a tokens or a ts field; a missing one is full, stamped now.
       const exists = entry !== undefined && (entry.tokens !== undefined || entry.ts !== undefined);
-      // A penalty runs while its end `b` is a finite time ahead of now (read only in calls with penalties).
-      const end = penaltyCall ? entry?.b : undefined;
-      running.push(finite(end) && end > now ? end : undefined);
+      // A penalty runs while its end `b` is a finite time ahead of now, whoever started it (issue 22).
+      const end = entry?.b;
+      const runs = finite(end) && end > now ? end : undefined;
+      running.push(runs);
       let t: number;
       let ts: number;
       let fixed = false;
@@ -131,8 +136,9 @@ export class BucketModel {
       } else {
         t = entry.tokens;
         ts = entry.ts;
-        // Tokens below what a penalty can leave (−blockSeconds·R; 0 without a penalty) count as 0.
-        const lowest = -((r.blockSeconds ?? 0) * r.refillPerSecond);
+        // Tokens below what a penalty can leave (−blockSeconds·R; 0 without a penalty) count as 0; while
+        // a penalty runs (started by any caller, with any numbers) down to −min(1e12, 1e12 s × R) are kept.
+        const lowest = runs !== undefined ? -Math.min(1e12, 1e12 * r.refillPerSecond) : -((r.blockSeconds ?? 0) * r.refillPerSecond);
         if (t < 0 && t < lowest) {
           t = 0;
           fixed = true;
@@ -153,7 +159,8 @@ export class BucketModel {
       stamps.push(ts);
       repaired.push(fixed);
     }
-    const allowed = mode === 'refund' || requests.every((r, i) => tokens[i] >= r.cost);
+    // A running penalty refuses every take, whatever the caller's numbers.
+    const allowed = mode === 'refund' || requests.every((r, i) => tokens[i] >= r.cost && running[i] === undefined);
     const ttlSet = new Array<number | undefined>(n).fill(undefined);
     const written = new Array<boolean>(n).fill(false);
     const after = tokens.slice();
@@ -166,8 +173,8 @@ export class BucketModel {
           after[i] = mode === 'refund' ? Math.min(r.capacity, tokens[i] + r.cost) : tokens[i] - r.cost;
           write = true;
         } else if (block > 0 && tokens[i] < r.cost && running[i] === undefined) {
-          // The refusal that starts a penalty: min(tokens, cost − blockSeconds·R), ends now + blockSeconds.
-          const floor = r.cost - block * r.refillPerSecond;
+          // The refusal that starts a penalty: min(tokens, penaltyCost − blockSeconds·R), ends now + blockSeconds.
+          const floor = (r.penaltyCost ?? r.cost) - block * r.refillPerSecond;
           if (floor < after[i]) after[i] = floor;
           ends[i] = now + block * 1000;
           write = true;
@@ -175,13 +182,18 @@ export class BucketModel {
           // A repaired bucket is written back even on a refusal.
           write = true;
         }
-        const ttl = modelTtlMs(r, after[i]);
+        // At least while its penalty runs (README: a key never expires before its penalty ends), at most 2e15 ms.
+        let ttl = modelTtlMs(r, after[i]);
+        const end = ends[i];
+        if (end !== undefined && end - now > ttl) ttl = Math.min(Math.ceil(end - now), 2e15);
         const entry = entries[i];
+        // A call never shortens a key's TTL (a caller with other numbers may have set a longer one).
+        const expiresAt = entry?.expiresAt === undefined ? now + ttl : Math.max(entry.expiresAt, now + ttl);
         if (write) {
           written[i] = true;
           ttlSet[i] = ttl;
           if (!dry) {
-            const next: ModelEntry = { ...(entry ?? {}), tokens: after[i], ts: stamps[i], expiresAt: now + ttl };
+            const next: ModelEntry = { ...(entry ?? {}), tokens: after[i], ts: stamps[i], expiresAt };
             if (ends[i] !== undefined && ends[i] !== running[i]) next.b = ends[i];
             this.entries.set(r.key, next);
           }
@@ -192,7 +204,18 @@ export class BucketModel {
         }
       });
     }
-    const outcome: ModelOutcome = { allowed, tokens: after, ttlSet, written };
+    // A refused take is told, while a penalty runs, at most the tokens that give it its cost when the
+    // penalty ends at its own refill (never below −1e12): its Retry-After is the penalty's remaining time.
+    const told = allowed
+      ? after
+      : after.map((t, i) => {
+          const end = running[i];
+          if (end === undefined) return t;
+          let most = requests[i].cost - ((end - now) * requests[i].refillPerSecond) / 1000;
+          if (!(most >= -1e12)) most = -1e12;
+          return most < t ? most : t;
+        });
+    const outcome: ModelOutcome = { allowed, tokens: told, ttlSet, written, running: running.map((end) => end !== undefined) };
     if (penaltyCall) outcome.penaltyMs = ends.map((end) => (end === undefined ? 0 : end - now));
     return outcome;
   }

@@ -50,6 +50,12 @@ export interface BucketRequest extends BucketPolicy {
    * seconds before it allows again. Absent or 0: none.
    */
   blockSeconds?: number;
+  /**
+   * The cost a penalty gives back after `blockSeconds` (the policy's fixed cost; 1 when the cost is
+   * computed per request), so that a penalty never depends on the cost of the request it refused.
+   * Default: `cost`.
+   */
+  penaltyCost?: number;
 }
 
 /**
@@ -63,37 +69,69 @@ export interface PenaltyReport {
 
 /**
  * State that can be trusted, or undefined for a bucket to treat as missing (full). Non-finite tokens or
- * stamps count as missing; tokens below `-penaltyTokens(request)` (0 without a penalty) as 0; a stamp
- * more than `FUTURE_TOLERANCE_MS` ahead of `now` as now. The script does the same in Lua. Answers
- * `state` itself when nothing needed repair.
+ * stamps count as missing; tokens below `-blockSeconds * R` (0 without a penalty) as 0, unless a
+ * penalty runs (`penaltyRuns`: started by any caller of the bucket, whatever its numbers), which keeps
+ * them down to `-min(MAX_CAPACITY, MAX_WINDOW_SECONDS * R)` (what refills within the longest window, so
+ * the TTL stays within bounds); a stamp more than `FUTURE_TOLERANCE_MS` ahead of `now` as now. The
+ * script does the same in Lua. Answers `state` itself when nothing needed repair.
  */
-export function repair<S extends BucketState>(state: S | undefined, now: number, blockSeconds = 0, refillPerSecond = 0): S | BucketState | undefined {
+export function repair<S extends BucketState>(
+  state: S | undefined,
+  now: number,
+  blockSeconds = 0,
+  refillPerSecond = 0,
+  penaltyRuns = false,
+): S | BucketState | undefined {
   if (state === undefined) return undefined;
   const { tokens, ts } = state;
   if (!Number.isFinite(tokens) || !Number.isFinite(ts)) return undefined;
-  const legal = tokens >= 0 || !(tokens < -(blockSeconds * refillPerSecond));
+  const lowest = penaltyRuns ? -Math.min(MAX_CAPACITY, MAX_WINDOW_SECONDS * refillPerSecond) : -(blockSeconds * refillPerSecond);
+  const legal = tokens >= 0 || !(tokens < lowest);
   if (legal && ts <= now + FUTURE_TOLERANCE_MS) return state;
   return { tokens: legal ? tokens : 0, ts: ts > now + FUTURE_TOLERANCE_MS ? now : ts };
 }
 
 /**
- * Tokens a refused take leaves in a bucket with a penalty of `blockSeconds`: `cost - blockSeconds * R`
- * (negative when the penalty is longer than the cost takes to refill), so that refilling gives it its
- * cost back exactly `blockSeconds` after the refusal. The script computes the same expression.
+ * Tokens a refused take leaves in a bucket with a penalty of `blockSeconds`: `penaltyCost - blockSeconds * R`
+ * (negative when the penalty is longer than that cost takes to refill), so that refilling gives it the
+ * policy's cost back exactly `blockSeconds` after the refusal, whatever the refused request cost. The
+ * script computes the same expression.
  */
-export function penaltyTokens(cost: number, blockSeconds: number, refillPerSecond: number): number {
-  return cost - blockSeconds * refillPerSecond;
+export function penaltyTokens(penaltyCost: number, blockSeconds: number, refillPerSecond: number): number {
+  return penaltyCost - blockSeconds * refillPerSecond;
+}
+
+/** The cost a request's penalty gives back: its `penaltyCost`, else its cost. */
+export function penaltyCostOf(request: BucketRequest): number {
+  return request.penaltyCost ?? request.cost;
+}
+
+/**
+ * What a refused take is told while a penalty runs until `end`: never more tokens than leave it its
+ * cost exactly when the penalty ends, at its own refill rate (so its Retry-After is the penalty's
+ * remaining time, whatever numbers the caller that started it had), and never below -MAX_CAPACITY.
+ * The script does the same.
+ */
+export function shownTokens(tokens: number, cost: number, refillPerSecond: number, end: number | undefined, now: number): number {
+  if (end === undefined) return tokens;
+  let most = cost - ((end - now) * refillPerSecond) / 1000;
+  if (!(most >= -MAX_CAPACITY)) most = -MAX_CAPACITY;
+  return most < tokens ? most : tokens;
 }
 
 /**
  * How long a written bucket is kept: the idle TTL, or longer for a bucket below 0 tokens (a penalty),
- * so that it cannot expire (and come back full) before it has refilled.
+ * so that it cannot expire (and come back full) before it has refilled, and at least while its penalty
+ * runs (`penaltyLeftMs`, at most 2 * MAX_WINDOW_SECONDS).
  */
-export function storedTtlMs(policy: BucketPolicy, tokens: number): number {
-  const idle = idleTtlMs(policy);
-  if (!(tokens < 0)) return idle;
-  const fill = Math.ceil(((policy.capacity - tokens) / policy.refillPerSecond) * 1000);
-  return fill > idle ? fill : idle;
+export function storedTtlMs(policy: BucketPolicy, tokens: number, penaltyLeftMs = 0): number {
+  let ttl = idleTtlMs(policy);
+  if (tokens < 0) {
+    const fill = Math.ceil(((policy.capacity - tokens) / policy.refillPerSecond) * 1000);
+    if (fill > ttl) ttl = fill;
+  }
+  if (penaltyLeftMs > ttl) ttl = Math.min(Math.ceil(penaltyLeftMs), 2 * MAX_WINDOW_SECONDS * 1000);
+  return ttl;
 }
 
 /** Tokens in a bucket at `now`: what it had plus the refill since, never more than a full bucket. */
@@ -178,10 +216,13 @@ export function mergeRepeatedKeys(requests: readonly BucketRequest[]): MergedReq
       positions[i] = merged.length;
       const copy: BucketRequest = { key: request.key, capacity: request.capacity, refillPerSecond: request.refillPerSecond, cost: request.cost };
       if (request.blockSeconds) copy.blockSeconds = request.blockSeconds;
+      if (request.penaltyCost !== undefined) copy.penaltyCost = request.penaltyCost;
       merged.push(copy);
       return;
     }
     const into = merged[j];
+    // One take of the summed costs: its penalty gives back the summed penalty costs.
+    if (into.penaltyCost !== undefined || request.penaltyCost !== undefined) into.penaltyCost = penaltyCostOf(into) + penaltyCostOf(request);
     into.cost += request.cost;
     into.capacity = Math.min(into.capacity, request.capacity);
     into.refillPerSecond = Math.min(into.refillPerSecond, request.refillPerSecond);

@@ -57,6 +57,11 @@ export interface CompiledPolicy extends BucketPolicy {
   refundOn: RefundOn | undefined;
   /** Penalty of a refusal, in seconds; 0: none. */
   blockSeconds: number;
+  /**
+   * The cost a penalty gives back after `blockSeconds`: the policy's fixed `cost` (default 1), or 1 when
+   * the cost is a function. Never the refused request's own cost, which a client may choose.
+   */
+  penaltyCost: number;
   skipIf: ((context: ExecutionContext) => boolean | Promise<boolean>) | undefined;
   /** False: shadow mode (decided and drained, never refused). */
   enforce: boolean;
@@ -227,6 +232,7 @@ export function compilePolicy(
     dynamic,
     refundOn,
     blockSeconds,
+    penaltyCost: typeof policy.cost === 'number' ? policy.cost : 1,
     skipIf,
     enforce: enforce ?? context.enforce ?? true,
   };

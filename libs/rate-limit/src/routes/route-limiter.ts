@@ -468,6 +468,7 @@ export class RouteLimiter implements OnModuleInit, OnApplicationBootstrap {
         refillPerSecond: policy.refillPerSecond,
         cost: policy.cost,
         blockSeconds: policy.blockSeconds,
+        penaltyCost: policy.penaltyCost,
       });
     }
     const hasEnforced = enforced.requests.length > 0;

@@ -3,9 +3,11 @@ import {
   type BucketState,
   type PenaltyReport,
   nextTimestamp,
+  penaltyCostOf,
   penaltyTokens,
   refill,
   repair,
+  shownTokens,
   storedTtlMs,
 } from '../bucket/token-bucket.js';
 import { ThrottledLogger } from '../throttled-logger.js';
@@ -81,20 +83,23 @@ export class MemoryBucketStore implements BucketStore {
     if (requests.length > 1) assertDistinctKeys(requests);
     const penalties = requests.some((request) => (request.blockSeconds ?? 0) > 0);
     const stored = requests.map((request) => this.read(request.key, now));
+    // Penalties still running (the script's `b` > now), whichever caller of the bucket started them.
+    const ends = stored.map((bucket) => {
+      const end = bucket?.blockedUntil;
+      return end !== undefined && end > now && end !== Infinity ? end : undefined;
+    });
     // Like the script: a stamp too far ahead (the process clock stepped back) is moved to now, tokens
     // below what a penalty can leave to 0.
-    const states = stored.map((state, i) =>
-      repair(state, now, penalties ? (requests[i].blockSeconds ?? 0) : 0, requests[i].refillPerSecond),
-    );
+    const states = stored.map((state, i) => repair(state, now, requests[i].blockSeconds ?? 0, requests[i].refillPerSecond, ends[i] !== undefined));
     const tokens = requests.map((request, i) => refill(states[i], request, now));
-    // Penalties still running (the script's `b` > now), only read when the call has penalties.
-    const ends = requests.map((_, i) => {
-      const end = penalties ? stored[i]?.blockedUntil : undefined;
-      return end !== undefined && end > now ? end : undefined;
-    });
-    const allowed = options.refund === true || requests.every((request, i) => tokens[i] >= request.cost);
-    const result = (): TakeResult & PenaltyReport =>
-      penalties ? { allowed, tokens, penaltyMs: ends.map((end) => (end === undefined ? 0 : end - now)) } : { allowed, tokens };
+    // A running penalty refuses every take, whatever the numbers of the caller.
+    const allowed = options.refund === true || requests.every((request, i) => tokens[i] >= request.cost && ends[i] === undefined);
+    // What a refused take is told depends on the penalties that ran when it was decided, not on one it starts.
+    const running = allowed ? ends : ends.slice();
+    const result = (): TakeResult & PenaltyReport => {
+      const told = allowed ? tokens : tokens.map((t, i) => shownTokens(t, requests[i].cost, requests[i].refillPerSecond, running[i], now));
+      return penalties ? { allowed, tokens: told, penaltyMs: ends.map((end) => (end === undefined ? 0 : end - now)) } : { allowed, tokens: told };
+    };
     if (options.dryRun) return result();
     requests.forEach((request, i) => {
       const block = request.blockSeconds ?? 0;
@@ -103,19 +108,21 @@ export class MemoryBucketStore implements BucketStore {
         tokens[i] = options.refund ? Math.min(request.capacity, tokens[i] + request.cost) : tokens[i] - request.cost;
       } else if (block > 0 && tokens[i] < request.cost && ends[i] === undefined) {
         // The refusal that starts a penalty: the cost comes back exactly `block` seconds from now.
-        const floor = penaltyTokens(request.cost, block, request.refillPerSecond);
+        const floor = penaltyTokens(penaltyCostOf(request), block, request.refillPerSecond);
         if (floor < tokens[i]) tokens[i] = floor;
         blockedUntil = ends[i] = now + block * 1000;
       } else if (states[i] === stored[i]) {
         return;
       }
       const ts = nextTimestamp(states[i], now);
+      const before = stored[i];
       const bucket: StoredBucket = {
         tokens: tokens[i],
         ts,
-        expiresAt: now + storedTtlMs(request, tokens[i]),
+        // Never sooner than it was: a caller with other numbers (a route sharing the name) may need it longer.
+        expiresAt: Math.max(now + storedTtlMs(request, tokens[i], ends[i] === undefined ? 0 : ends[i]! - now), before?.expiresAt ?? -Infinity),
         // Refilling from ts; one ms more than the arithmetic says, so that rounding never forgets a bucket short of full.
-        fullAt: Math.max(ts, now) + Math.ceil(((request.capacity - tokens[i]) * 1000) / request.refillPerSecond) + 1,
+        fullAt: Math.max(Math.max(ts, now) + Math.ceil(((request.capacity - tokens[i]) * 1000) / request.refillPerSecond) + 1, before?.fullAt ?? -Infinity),
       };
       if (blockedUntil !== undefined) bucket.blockedUntil = blockedUntil;
       this.write(request.key, bucket, now);

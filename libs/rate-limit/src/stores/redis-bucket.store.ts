@@ -1,6 +1,6 @@
 import { Logger, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import { Cluster } from 'ioredis';
-import type { BucketRequest, PenaltyReport } from '../bucket/token-bucket.js';
+import { type BucketRequest, type PenaltyReport, penaltyCostOf } from '../bucket/token-bucket.js';
 import { CONNECT_WAIT_MS } from '../rate-limit.constants.js';
 import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
 import { diagnosticsOf, type RedisClient, type RedisDiagnostics } from './redis-connection.js';
@@ -337,7 +337,7 @@ function appendDecision(keys: string[], argv: (string | number)[], requests: rea
     keys.push(request.key);
     argv.push(request.capacity, request.refillPerSecond, request.cost);
     // Anything but absent or 0 goes to the script, which refuses a blockSeconds out of bounds.
-    if (penalty) argv.push(request.blockSeconds ?? 0);
+    if (penalty) argv.push(request.blockSeconds ?? 0, penaltyCostOf(request));
   }
 }
 

@@ -12,7 +12,8 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket
  * ARGV             per decision:
  *   header         n * 8 + (4 when a bucket of it has a penalty) + mode (0 take: drain all or none,
  *                  1 peek: write nothing, 2 refund: give the cost back), n = its number of buckets
- *   per bucket     capacity, refill per second, cost (and blockSeconds after a header with the 4 bit)
+ *   per bucket     capacity, refill per second, cost (and blockSeconds, penalty cost after a header
+ *                  with the 4 bit)
  *                  and last, optionally, now in ms (tests); without it Redis TIME is the clock (the only
  *                  clock: app instances may be skewed)
  *
@@ -40,11 +41,20 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket
  * reads back as the same double (test/token-bucket/script-numbers checks it), so no string.format.
  *
  * Penalties: a bucket with blockSeconds b > 0 that lacks its cost in a refused take, and is not
- * penalised already (no field `b` > now), gets tokens min(t, cost - b*R) and `b` = now + b*1000
- * (when its penalty ends): refilling, it has its cost again exactly b seconds after the refusal. A
- * refusal during a penalty writes nothing (a penalty is never extended). Its TTL is the longer of the
- * idle TTL and the time it takes to fill from its (negative) tokens. Tokens from -(b*R) to 0 are legal
- * state then; peek and refund only need b for that.
+ * penalised already (no field `b` > now), gets tokens min(t, P - b*R) and `b` = now + b*1000 (when its
+ * penalty ends), P being the penalty cost (the policy's fixed cost, 1 when the cost is computed per
+ * request: never the refused request's own cost, which a client may choose): refilling, it has P again
+ * exactly b seconds after the refusal. A refusal during a penalty writes nothing (a penalty is never
+ * extended). Its TTL is the longer of the idle TTL and the time it takes to fill from its (negative)
+ * tokens. Tokens from -(b*R) to 0 are legal state then.
+ *
+ * Callers with other numbers (routes sharing a name, a rolling deploy): every call reads `b`. While a
+ * penalty runs, whoever started it, every take is refused (a refund is not), its tokens are kept (down
+ * to -min(MAX_CAPACITY, MAX_WINDOW_SECONDS * R), what refills within the longest window) and the reply
+ * carries at most cost - (b - now) * R / 1000 tokens, so that the caller's Retry-After is the penalty's
+ * remaining time (the usual call takes the general path then, and still gets one integer). No call
+ * shortens a key's TTL (PEXPIRE GT on an existing key; a plain PEXPIRE on a new key or one without a
+ * TTL, which GT would leave alone: Redis 7), and a key written while a penalty runs lives until its end.
  *
  * Every argument of a decision is checked, and every value to be written computed, before its first
  * write: a refused argument writes nothing for that decision (an error reply when it is alone). The
@@ -82,55 +92,72 @@ if #KEYS == 1 and (nargs == 4 or nargs == 5) then
     and rate and rate > 0 and rate ~= HUGE and cap / rate <= MAX_WINDOW_SECONDS
     and cost and cost % 1 == 0 and cost >= 0 and cost ~= HUGE and now == now and now ~= HUGE and now ~= -HUGE then
     local key = KEYS[1]
-    local state = call('HMGET', key, 'tokens', 'ts')
-    local t, ts = tonumber(state[1]), tonumber(state[2])
-    local exists = state[1] ~= false or state[2] ~= false
-    local repaired = false
-    if not t or not ts or t ~= t or ts ~= ts or t == HUGE or t == -HUGE or ts == HUGE or ts == -HUGE then
-      repaired = exists
-      t, ts = cap, now
-    else
-      if t < 0 then
-        t = 0
-        repaired = true
-      end
-      if ts > now + FUTURE_TOLERANCE_MS then
-        ts = now
-        repaired = true
-      end
-      if now > ts then
-        t = t + (now - ts) * rate / 1000
-        ts = now
-      end
-    end
-    if t > cap then t = cap end
-    local allowed = h == 10 or t >= cost
-    if h ~= 9 then
-      if allowed then
-        if h == 10 then
-          t = t + cost
-          if t > cap then t = cap end
-        else
-          t = t - cost
+    local state = call('HMGET', key, 'tokens', 'ts', 'b')
+    local e = state[3] and tonumber(state[3])
+    -- A penalty runs (set by a caller of this bucket with other numbers): the general path decides.
+    if not (e and e > now and e ~= HUGE) then
+      local t, ts = tonumber(state[1]), tonumber(state[2])
+      local exists = state[1] ~= false or state[2] ~= false
+      local held = exists or state[3] ~= false
+      -- Written in this very ms (a hot key): most likely with the TTL this call would set.
+      local fresh = ts == now
+      local repaired = false
+      if not t or not ts or t ~= t or ts ~= ts or t == HUGE or t == -HUGE or ts == HUGE or ts == -HUGE then
+        repaired = exists
+        t, ts = cap, now
+      else
+        if t < 0 then
+          t = 0
+          repaired = true
+        end
+        if ts > now + FUTURE_TOLERANCE_MS then
+          ts = now
+          repaired = true
+        end
+        if now > ts then
+          t = t + (now - ts) * rate / 1000
+          ts = now
         end
       end
-      if allowed or repaired then
-        call('HSET', key, 'tokens', t, 'ts', ts)
-        call('PEXPIRE', key, format('%d', ceil(2 * cap / rate * 1000)))
-      elseif exists and call('PTTL', key) == -1 then
-        call('PEXPIRE', key, format('%d', ceil(2 * cap / rate * 1000)))
+      if t > cap then t = cap end
+      local allowed = h == 10 or t >= cost
+      if h ~= 9 then
+        if allowed then
+          if h == 10 then
+            t = t + cost
+            if t > cap then t = cap end
+          else
+            t = t - cost
+          end
+        end
+        if allowed or repaired then
+          call('HSET', key, 'tokens', t, 'ts', ts)
+          local ms = ceil(2 * cap / rate * 1000)
+          -- Never shorter than the TTL the key has (a caller with other numbers may have set a longer one).
+          -- GT leaves a key without TTL as it is, so a refused GT asks PTTL; a key written this ms most
+          -- likely has this TTL already, so PTTL first (one call either way in the usual cases).
+          if not held then
+            call('PEXPIRE', key, format('%d', ms))
+          elseif fresh then
+            if call('PTTL', key) < ms then call('PEXPIRE', key, format('%d', ms)) end
+          elseif call('PEXPIRE', key, format('%d', ms), 'GT') == 0 and call('PTTL', key) == -1 then
+            call('PEXPIRE', key, format('%d', ms))
+          end
+        elseif held and call('PTTL', key) == -1 then
+          call('PEXPIRE', key, format('%d', ceil(2 * cap / rate * 1000)))
+        end
       end
+      local c
+      if t % 1 == 0 then
+        c = (t * 128 + 109) * 2
+      else
+        local _, e = frexp(t)
+        if e < -60 then e = -60 end
+        c = (floor(ldexp(t, 45 - e)) * 128 + e + 64) * 2
+      end
+      if allowed then return c + 1 end
+      return c
     end
-    local c
-    if t % 1 == 0 then
-      c = (t * 128 + 109) * 2
-    else
-      local _, e = frexp(t)
-      if e < -60 then e = -60 end
-      c = (floor(ldexp(t, 45 - e)) * 128 + e + 64) * 2
-    end
-    if allowed then return c + 1 end
-    return c
   end
   -- Anything else (a refused argument among them) takes the general path, which says what is wrong.
 end
@@ -144,7 +171,7 @@ while at < nargs do
     return redis.error_reply('token-bucket: argument ' .. at .. ' must be a decision header')
   end
   local n = floor(h / 8)
-  if h % 8 >= 4 then at = at + 1 + 4 * n else at = at + 1 + 3 * n end
+  if h % 8 >= 4 then at = at + 1 + 5 * n else at = at + 1 + 3 * n end
   keys = keys + n
   decisions = decisions + 1
 end
@@ -176,28 +203,28 @@ local function numbers(i, k, a, penalty)
   if not cost or cost ~= floor(cost) or cost < 0 or cost == HUGE then
     return nil, refused(i, k, 'cost must be an integer >= 0')
   end
-  local block = 0
+  local block, least = 0, 0
   if penalty then
     block = tonumber(ARGV[a + 3])
     if not block or not (block >= 0) or block > MAX_WINDOW_SECONDS or not (block * rate <= MAX_CAPACITY) then
       return nil, refused(i, k, 'blockSeconds must be from 0 to ' .. MAX_WINDOW_SECONDS .. ' with blockSeconds * refill at most ' .. MAX_CAPACITY)
     end
+    local pcost = tonumber(ARGV[a + 4])
+    if not pcost or pcost ~= floor(pcost) or pcost < 0 or pcost == HUGE then
+      return nil, refused(i, k, 'penalty cost must be an integer >= 0')
+    end
+    least = pcost - block * rate
   end
-  return cap, rate, cost, block
+  return cap, rate, cost, block, least
 end
 
--- A bucket as it stands now: tokens (refilled, capped), stamp, whether the key exists, whether its
--- state was repaired, and when its penalty ends (false: none runs).
-local function load(key, cap, rate, block, penalty)
-  local state, ends
-  if penalty then
-    state = call('HMGET', key, 'tokens', 'ts', 'b')
-    local e = tonumber(state[3])
-    ends = e ~= nil and e == e and e ~= HUGE and e > now and e
-  else
-    state = call('HMGET', key, 'tokens', 'ts')
-    ends = false
-  end
+-- A bucket as it stands now: tokens (refilled, capped), stamp, whether it has state, whether its
+-- state was repaired, when its penalty ends (false: none runs; whoever started it), and whether the
+-- key exists at all.
+local function load(key, cap, rate, block)
+  local state = call('HMGET', key, 'tokens', 'ts', 'b')
+  local e = tonumber(state[3])
+  local ends = e ~= nil and e == e and e ~= HUGE and e > now and e
   local t, ts = tonumber(state[1]), tonumber(state[2])
   local exists = state[1] ~= false or state[2] ~= false
   local repaired = false
@@ -205,7 +232,14 @@ local function load(key, cap, rate, block, penalty)
     repaired = exists
     t, ts = cap, now
   else
-    if t < 0 and t < -(block * rate) then
+    -- While a penalty runs, any caller keeps the tokens it left: down to what refills within the longest
+    -- window at this caller's rate (at most MAX_CAPACITY), so that its TTL stays within bounds.
+    local lowest = block * rate
+    if ends then
+      lowest = MAX_WINDOW_SECONDS * rate
+      if lowest > MAX_CAPACITY then lowest = MAX_CAPACITY end
+    end
+    if t < 0 and t < -lowest then
       t = 0
       repaired = true
     end
@@ -219,12 +253,23 @@ local function load(key, cap, rate, block, penalty)
     end
   end
   if t > cap then t = cap end
-  return t, ts, exists, repaired, ends
+  return t, ts, exists, repaired, ends, exists or state[3] ~= false
+end
+
+-- What a take is told while a penalty runs: never more than leaves it its cost when the penalty ends
+-- (at its own refill), never below -MAX_CAPACITY.
+local function shown(t, cost, rate, ends)
+  if ends then
+    local most = cost - (ends - now) * rate / 1000
+    if not (most >= -MAX_CAPACITY) then most = -MAX_CAPACITY end
+    if most < t then return most end
+  end
+  return t
 end
 
 -- Writes what the decision did to one bucket; answers its tokens and penalty end afterwards.
 local nowText, lastTtl, lastTtlText
-local function settle(key, mode, allowed, cap, rate, cost, block, t, ts, exists, repaired, ends)
+local function settle(key, mode, allowed, cap, rate, cost, block, least, t, ts, exists, repaired, ends, held)
   if mode == 1 then return t, ends end
   local penalise = false
   if allowed then
@@ -236,16 +281,20 @@ local function settle(key, mode, allowed, cap, rate, cost, block, t, ts, exists,
     end
   elseif block > 0 and t < cost and not ends then
     penalise = true
-    local least = cost - block * rate
     if least < t then t = least end
     ends = now + block * 1000
   end
   local write = penalise or allowed or repaired
-  if not write and not (exists and call('PTTL', key) == -1) then return t, ends end
+  if not write and not (held and call('PTTL', key) == -1) then return t, ends end
   local ttl = ceil(2 * cap / rate * 1000)
   if t < 0 then
     local fill = ceil((cap - t) / rate * 1000)
     if fill > ttl then ttl = fill end
+  end
+  -- Never gone while its penalty runs (one another caller started, or a stored end), within the bounds.
+  if ends and ends - now > ttl then
+    ttl = ceil(ends - now)
+    if ttl > 2 * MAX_WINDOW_SECONDS * 1000 then ttl = 2 * MAX_WINDOW_SECONDS * 1000 end
   end
   -- Decisions of one call share now, and mostly their policy: each number is printed once per call.
   if ts == now then
@@ -260,7 +309,10 @@ local function settle(key, mode, allowed, cap, rate, cost, block, t, ts, exists,
   elseif write then
     call('HSET', key, 'tokens', t, 'ts', ts)
   end
-  call('PEXPIRE', key, lastTtlText)
+  -- Never shorter than the TTL the key has: a caller with other numbers may have set a longer one.
+  if not held or (call('PEXPIRE', key, lastTtlText, 'GT') == 0 and call('PTTL', key) == -1) then
+    call('PEXPIRE', key, lastTtlText)
+  end
   return t, ends
 end
 
@@ -288,31 +340,31 @@ local k = 1
 for _ = 1, decisions do
   local h = tonumber(ARGV[at])
   local n, mode, penalty = floor(h / 8), h % 4, h % 8 >= 4
-  local stride = penalty and 4 or 3
+  local stride = penalty and 5 or 3
   local a0, k0 = at + 1, k
   at = at + 1 + stride * n
   k = k + n
   if n == 1 then
     -- One bucket: the same steps as below, in locals (no tables per decision).
     local key = KEYS[k0]
-    local cap, rate, cost, block = numbers(1, k0, a0, penalty)
+    local cap, rate, cost, block, least = numbers(1, k0, a0, penalty)
     if not cap then
       if decisions == 1 then return redis.error_reply(rate) end
       r = r + 1
       reply[r] = rate
     else
-      local t, ts, exists, repaired, ends = load(key, cap, rate, block, penalty)
-      local allowed = mode == 2 or t >= cost
-      t, ends = settle(key, mode, allowed, cap, rate, cost, block, t, ts, exists, repaired, ends)
+      local t, ts, exists, repaired, ends, held = load(key, cap, rate, block)
+      local allowed, running = mode == 2 or (t >= cost and not ends), ends
+      t, ends = settle(key, mode, allowed, cap, rate, cost, block, least, t, ts, exists, repaired, ends, held)
       r = r + 1
-      reply[r] = code(t, allowed)
+      reply[r] = code(allowed and t or shown(t, cost, rate, running), allowed)
       if penalty then
         r = r + 1
         reply[r] = penaltyLeft(ends)
       end
     end
   else
-    local caps, rates, costs, blocks = {}, {}, {}, {}
+    local caps, rates, costs, blocks, leasts = {}, {}, {}, {}, {}
     local problem
     local seen = {}
     for i = 1, n do
@@ -322,29 +374,31 @@ for _ = 1, decisions do
         break
       end
       seen[key] = true
-      local cap, rate, cost, block = numbers(i, k0 + i - 1, a0 + stride * (i - 1), penalty)
+      local cap, rate, cost, block, least = numbers(i, k0 + i - 1, a0 + stride * (i - 1), penalty)
       if not cap then
         problem = rate
         break
       end
-      caps[i], rates[i], costs[i], blocks[i] = cap, rate, cost, block
+      caps[i], rates[i], costs[i], blocks[i], leasts[i] = cap, rate, cost, block, least
     end
     if problem then
       if decisions == 1 then return redis.error_reply(problem) end
       r = r + 1
       reply[r] = problem
     else
-      local tokens, stamps, exists, repaired, ends = {}, {}, {}, {}, {}
+      local tokens, stamps, exists, repaired, ends, held = {}, {}, {}, {}, {}, {}
       local allowed = true
       for i = 1, n do
-        tokens[i], stamps[i], exists[i], repaired[i], ends[i] = load(KEYS[k0 + i - 1], caps[i], rates[i], blocks[i], penalty)
-        if tokens[i] < costs[i] then allowed = false end
+        tokens[i], stamps[i], exists[i], repaired[i], ends[i], held[i] = load(KEYS[k0 + i - 1], caps[i], rates[i], blocks[i])
+        if tokens[i] < costs[i] or ends[i] then allowed = false end
       end
       if mode == 2 then allowed = true end
+      local running = {}
       for i = 1, n do
-        tokens[i], ends[i] = settle(KEYS[k0 + i - 1], mode, allowed, caps[i], rates[i], costs[i], blocks[i], tokens[i], stamps[i], exists[i], repaired[i], ends[i])
+        running[i] = ends[i]
+        tokens[i], ends[i] = settle(KEYS[k0 + i - 1], mode, allowed, caps[i], rates[i], costs[i], blocks[i], leasts[i], tokens[i], stamps[i], exists[i], repaired[i], ends[i], held[i])
         r = r + 1
-        reply[r] = code(tokens[i], allowed)
+        reply[r] = code(allowed and tokens[i] or shown(tokens[i], costs[i], rates[i], running[i]), allowed)
       end
       if penalty then
         for i = 1, n do
@@ -355,6 +409,8 @@ for _ = 1, decisions do
     end
   end
 end
+-- The usual call that came here (its bucket is under a penalty another caller started): one integer, as ever.
+if decisions == 1 and r == 1 then return reply[1] end
 return reply
 `;
 
