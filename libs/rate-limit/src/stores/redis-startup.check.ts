@@ -82,6 +82,14 @@ export async function checkAtStartup(
     );
     return;
   }
+  const tooOld = await serverTooOld(client);
+  if (tooOld !== undefined) {
+    client.disconnect();
+    throw new Error(
+      `RateLimitModule cannot start: ${diagnostics.target} runs Redis ${tooOld}; the rate limiter's script needs Redis ` +
+        `${MIN_REDIS_VERSION.join('.')} or later (PEXPIRE ... GT): upgrade Redis, or set startupCheck: false to start without this check`,
+    );
+  }
   const key = `${settings.keyPrefix}{rate-limit-startup-check}:probe`;
   try {
     // take (header 8), capacity 1, refill 1000/s, cost 1: the key expires in 2 ms if DEL is refused.
@@ -93,6 +101,32 @@ export async function checkAtStartup(
       `${diagnostics.target} failed the start-up check: ${diagnostics.scrub(describeCause(error))}; starting anyway: ` +
         `decisions follow failureMode '${settings.failureMode}' while it fails`,
     );
+  }
+}
+
+/** The oldest Redis the script runs on: `PEXPIRE key ms GT` came with 7.0. */
+export const MIN_REDIS_VERSION = [7, 0] as const;
+
+/**
+ * The version an `INFO server` reply names when it is older than `MIN_REDIS_VERSION`, else undefined
+ * (also when it names none). On an older server the probe below can pass (a new key needs no GT) while
+ * every later decision on an existing bucket fails: refused here, at start-up, instead.
+ */
+export function versionTooOld(info: string): string | undefined {
+  const version = /^redis_version:(\d+)\.(\d+)[^\r\n]*/m.exec(info);
+  if (version === null) return undefined;
+  const [major, minor] = [Number(version[1]), Number(version[2])];
+  const [needMajor, needMinor] = MIN_REDIS_VERSION;
+  const old = major < needMajor || (major === needMajor && minor < needMinor);
+  return old ? version[0].slice('redis_version:'.length) : undefined;
+}
+
+/** Asks the server its version; an ACL that refuses INFO (or any error) leaves it unknown: the probe still runs. */
+async function serverTooOld(client: RedisClient): Promise<string | undefined> {
+  try {
+    return versionTooOld(String(await client.info('server')));
+  } catch {
+    return undefined;
   }
 }
 
