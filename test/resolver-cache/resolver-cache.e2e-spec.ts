@@ -87,7 +87,7 @@ describe('the resolver cache', () => {
     expect(cached()).toBe(1);
   });
 
-  it('holds under 1 KB of heap per cached identity of 15 KB (2,000 identities), measured by emptying it', async () => {
+  it('holds under 4 KB of heap per cached identity of 15 KB (2,000 identities), measured by emptying it', async () => {
     setFlagsFromString('--expose-gc');
     const gc = runInNewContext('gc') as () => void;
     const heap = () => {
@@ -112,6 +112,9 @@ describe('the resolver cache', () => {
     const growth = (held - before) / count;
     console.log(`resolver cache: ${Math.round(perEntry)} B of heap per cached identity of 15 KB; the process grew ${Math.round(growth)} B per request`);
     expect(perEntry).toBeGreaterThan(0);
-    expect(perEntry).toBeLessThan(1024);
+    // About 0.5 KB on a quiet machine (an entry, its key of at most ~60 characters, the answer); up to 2 KB
+    // seen beside parallel work, from what the rest of the process frees meanwhile. A cache that kept the
+    // raw identity would hold more than 15 KB each: a quarter of that is the bound.
+    expect(perEntry).toBeLessThan(4096);
   });
 });
