@@ -1,9 +1,11 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import ts from 'typescript';
 
-/** A ```ts block of the README: where it is, what it holds, and whether it is marked as a fragment. */
+/** A ```ts block of a Markdown file: where it is, what it holds, and whether it is marked as a fragment. */
 export interface ReadmeBlock {
+  /** The Markdown file, relative to the repository root (`README.md`, `docs/guides/testing.md`). */
+  file: string;
   /** 1-based line of the opening fence. */
   line: number;
   /** The heading the block sits under, for test names. */
@@ -18,7 +20,7 @@ export interface ReadmeBlock {
 const FRAGMENT = /^\s*<!-- fragment(?::\s*(.+?))?\s*-->\s*$/;
 
 /** Every ```ts block of a Markdown text, indented ones (in list items) included, with its indentation removed. */
-export function readmeBlocks(markdown: string): ReadmeBlock[] {
+export function readmeBlocks(markdown: string, file = 'README.md'): ReadmeBlock[] {
   const lines = markdown.split('\n');
   const blocks: ReadmeBlock[] = [];
   let section = '';
@@ -35,7 +37,7 @@ export function readmeBlocks(markdown: string): ReadmeBlock[] {
     }
     if (lang !== 'ts') continue;
     const marker = FRAGMENT.exec(lines[start - 1] ?? '');
-    blocks.push({ line: start + 1, section, code: body.join('\n'), fragment: marker !== null, reason: marker?.[1] });
+    blocks.push({ file, line: start + 1, section, code: body.join('\n'), fragment: marker !== null, reason: marker?.[1] });
   }
   return blocks;
 }
@@ -43,7 +45,7 @@ export function readmeBlocks(markdown: string): ReadmeBlock[] {
 /** One file of a block: a block opening with `// name.ts` holds one file per such line. */
 interface BlockFile {
   name: string;
-  /** README line of the file's first line. */
+  /** Markdown line of the file's first line. */
   firstLine: number;
   text: string;
 }
@@ -61,17 +63,23 @@ function filesOf(block: ReadmeBlock): BlockFile[] {
   }));
 }
 
-/** An error of one block, with its README line. */
+/** An error of one block: the block's `file:line` (its opening fence) and the Markdown line of the error. */
 export interface BlockDiagnostic {
-  block: number;
+  /** `file:line` of the block's fence; '' for an error outside every block. */
+  block: string;
   line: number;
   message: string;
+}
+
+/** `file:line` of a block's opening fence: how a block is named in test names and failures. */
+export function blockId(block: Pick<ReadmeBlock, 'file' | 'line'>): string {
+  return `${block.file}:${block.line}`;
 }
 
 /**
  * Type-checks every block as its own module(s), in one Program: the repository's compiler options, with
  * `nest-redis-rate-limit` mapped to the library's sources. Each block lives in a directory of its own
- * under test/docs (so packages resolve from the repository's node_modules); a block that imports
+ * under test/docs, named by its file and line (so packages resolve from the repository's node_modules); a block that imports
  * `./app.module.js` without defining it gets an empty `AppModule`, the app's own, in its directory.
  */
 export function checkBlocks(root: string, blocks: readonly ReadmeBlock[]): BlockDiagnostic[] {
@@ -79,15 +87,15 @@ export function checkBlocks(root: string, blocks: readonly ReadmeBlock[]): Block
   const parsed = ts.parseJsonConfigFileContent(config.config, ts.sys, root);
   const options: ts.CompilerOptions = { ...parsed.options, noEmit: true, sourceMap: false };
   const virtual = new Map<string, string>();
-  const origin = new Map<string, { block: number; firstLine: number }>();
+  const origin = new Map<string, { block: string; firstLine: number }>();
   for (const block of blocks) {
-    const dir = join(root, 'test/docs/readme', `line-${block.line}`);
+    const dir = join(root, 'test/docs/blocks', block.file.replace(/\.md$/, '').replaceAll(/[^\w-]+/g, '_'), `line-${block.line}`);
     const files = filesOf(block);
     for (const file of files) {
       const path = join(dir, file.name);
       // `export {}` keeps a block without imports a module of its own: its names never meet another block's.
       virtual.set(path, `${file.text}\nexport {};\n`);
-      origin.set(path, { block: block.line, firstLine: file.firstLine });
+      origin.set(path, { block: blockId(block), firstLine: file.firstLine });
     }
     if (!files.some((f) => f.name === 'app.module.ts') && /from '\.\/app\.module\.js'/.test(block.code)) {
       virtual.set(join(dir, 'app.module.ts'), "import { Module } from '@nestjs/common';\n@Module({})\nexport class AppModule {}\n");
@@ -108,11 +116,11 @@ export function checkBlocks(root: string, blocks: readonly ReadmeBlock[]): Block
     const message = ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n');
     const where = diagnostic.file ? origin.get(diagnostic.file.fileName) : undefined;
     if (diagnostic.file && !where) {
-      found.push({ block: 0, line: 0, message: `${diagnostic.file.fileName}: ${message}` });
+      found.push({ block: '', line: 0, message: `${diagnostic.file.fileName}: ${message}` });
       continue;
     }
     if (!diagnostic.file || !where) {
-      found.push({ block: 0, line: 0, message });
+      found.push({ block: '', line: 0, message });
       continue;
     }
     const { line } = diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start ?? 0);
@@ -123,4 +131,26 @@ export function checkBlocks(root: string, blocks: readonly ReadmeBlock[]): Block
 
 export function readReadme(root: string): string {
   return readFileSync(join(root, 'README.md'), 'utf8');
+}
+
+/**
+ * The Markdown files whose blocks and links are checked, relative to `root`: README.md, CONTRIBUTING.md
+ * and every .md under docs/ (sorted, so test names are stable).
+ */
+export function docFiles(root: string): string[] {
+  const found: string[] = [];
+  const walk = (dir: string): void => {
+    for (const entry of readdirSync(join(root, dir), { withFileTypes: true })) {
+      const path = `${dir}/${entry.name}`;
+      if (entry.isDirectory()) walk(path);
+      else if (entry.name.endsWith('.md')) found.push(path);
+    }
+  };
+  if (existsSync(join(root, 'docs'))) walk('docs');
+  return ['README.md', 'CONTRIBUTING.md', ...found.sort()].filter((file) => existsSync(join(root, file)));
+}
+
+/** Every ```ts block of the files `docFiles` names. */
+export function docBlocks(root: string): ReadmeBlock[] {
+  return docFiles(root).flatMap((file) => readmeBlocks(readFileSync(join(root, file), 'utf8'), file));
 }

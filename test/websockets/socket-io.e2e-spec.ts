@@ -93,8 +93,8 @@ class IoGateway implements OnGatewayInit {
 }
 
 /**
- * The README's ChatGateway (section "WebSockets"): its handler returns `{ sent: text }`, which socket.io
- * sends as the acknowledgement. The bucket refills at 0.01/s here (1/s in the README) so that the test
+ * The ChatGateway of docs/guides/transports.md ("WebSockets"): its handler returns `{ sent: text }`, which socket.io
+ * sends as the acknowledgement. The bucket refills at 0.01/s here (1/s in the docs) so that the test
  * does not depend on how fast the emits go out.
  */
 @WebSocketGateway()
@@ -105,7 +105,7 @@ class ChatGateway {
     return { sent: text };
   }
 
-  /** What the README used to return: socket.io emits it as an event and never acknowledges. */
+  /** What the docs used to return: socket.io emits it as an event and never acknowledges. */
   @SubscribeMessage('asEvent')
   @RateLimit({ capacity: 10, refillPerSecond: 0.01, keyBy: 'user' })
   asEvent(@MessageBody() text: string) {
@@ -207,9 +207,9 @@ describe('@RateLimit on socket.io gateways', () => {
     expect(client.received('exception')).toEqual(Array(7).fill(RATE_LIMITED));
   });
 
-  it("the README's ChatGateway: emitWithAck resolves to { sent } for each of 10 allowed messages, to the refusal for the 11th", async () => {
-    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-    const section = /^## WebSockets\n([\s\S]*?)^## /m.exec(readme)?.[1] ?? '';
+  it("the docs' ChatGateway: emitWithAck resolves to { sent } for each of 10 allowed messages, to the refusal for the 11th", async () => {
+    const guide = readFileSync(new URL('../../docs/guides/transports.md', import.meta.url), 'utf8');
+    const section = /^## WebSockets\n([\s\S]*?)^## /m.exec(guide)?.[1] ?? '';
     expect(section).toContain("@RateLimit({ capacity: 10, refillPerSecond: 1, keyBy: 'user' })\n  message(@MessageBody() text: string) {\n    return { sent: text };");
     const dana = await connect({ auth: { userId: 'dana' } });
     const answers = await acks(dana, 'message', (i) => `hi ${i}`, 11);

@@ -218,9 +218,9 @@ export function describeConsumer(fixture: ConsumerFixture): void {
 
     const own = fixture.ownTests;
     // A fixture without a test runner of its own (nest12-cjs-fastify) has neither of these two tests.
-    if (own) it("uses the README's \"Testing your app\" snippets in its own e2e test, as written there", async () => {
-      const readme = await readFile(join(ROOT, 'README.md'), 'utf8');
-      const section = /^## Testing your app\n([\s\S]*?)^## /m.exec(readme)?.[1] ?? '';
+    if (own) it('uses the "Testing your app" snippets (docs/guides/testing.md) in its own e2e test, as written there', async () => {
+      const page = await readFile(join(ROOT, 'docs/guides/testing.md'), 'utf8');
+      const section = /^# Testing your app\n([\s\S]*)$/m.exec(page)?.[1] ?? '';
       const blocks = [...section.matchAll(/^ *```ts\n([\s\S]*?)^ *```$/gm)].map((m) => m[1]!);
       expect(blocks).toHaveLength(2);
       const lines = (text: string) => text.split('\n').map((line) => line.trim()).filter(Boolean).join('\n');
