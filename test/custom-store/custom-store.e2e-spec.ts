@@ -135,7 +135,8 @@ describe('store: a BucketStore of your own', () => {
         ]);
         // Remote: every call was handed a `sent` (the deadline runs from it); the bucket lives in Redis.
         expect(store.takes.every((t) => typeof t.options.sent === 'function')).toBe(true);
-        expect(await client.hget(`${keyPrefix}{ip:127.0.0.1}:reports`, 'tokens')).toMatch(/^0(\.\d+)?(e-\d+)?$/);
+        // Two taken, a few ms of refill at 0.001/s: whole tokens 0.
+        expect(Math.floor(Number(await client.hget(`${keyPrefix}{ip:127.0.0.1}:reports`, 'tokens')))).toBe(0);
       } finally {
         await app.close();
       }
@@ -150,6 +151,22 @@ describe('store: a BucketStore of your own', () => {
         [200, '1'],
         [200, '0'],
         [429, '0'],
+      ]);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it.each([
+    ['a reply without tokens', () => Promise.resolve({ allowed: true })],
+    ['one that throws synchronously', () => { throw new Error('not async'); }],
+  ])("a local store answering %s follows failureMode 'closed' (503): a malformed reply is a failed call", async (_what, take) => {
+    const odd = { remote: false, take, delete: () => Promise.resolve() } as unknown as BucketStore;
+    const app = await createApp(appModule({ store: odd, keyPrefix: `${prefix}odd:`, failureMode: 'closed' }), 'express');
+    try {
+      expect(await statuses(app, 2)).toEqual([
+        [503, undefined],
+        [503, undefined],
       ]);
     } finally {
       await app.close();
