@@ -38,6 +38,7 @@ const common = {
   extensionsToTreatAsEsm: ['.ts'],
   moduleNameMapper: {
     '^nest-redis-rate-limit$': '<rootDir>/libs/rate-limit/src/index.ts',
+    '^nest-redis-rate-limit/testing$': '<rootDir>/libs/rate-limit/src/testing/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
   transform: {

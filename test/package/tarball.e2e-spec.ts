@@ -14,6 +14,9 @@ const PROVEN_PEERS = {
   rxjs: '^7.1.0',
 };
 
+/** Peers only `nest-redis-rate-limit/testing` loads (verifyBucketStore): a user who never imports it needs none of them. */
+const OPTIONAL_PEERS = { 'fast-check': '^4.0.0' };
+
 /** The only runtime dependency: OpenTelemetry's API, which has no dependencies of its own. */
 const RUNTIME_DEPENDENCIES = { '@opentelemetry/api': '^1.3.0' };
 
@@ -34,6 +37,8 @@ describe('the packed tarball', () => {
       'package/README.md',
       'package/dist/esm/index.d.ts',
       'package/dist/esm/index.js',
+      'package/dist/esm/testing/index.d.ts',
+      'package/dist/esm/testing/index.js',
       'package/package.json',
     ]);
     expect(files).toContain('package/dist/cjs/package.json');
@@ -57,6 +62,10 @@ describe('the packed tarball', () => {
     const exported = /export const \{([^}]*)\} = build;/.exec(esm)?.[1]?.split(',').map((name) => name.trim()).filter(Boolean);
     expect(exported).toEqual(names);
     expect(await extract('dist/esm/index.d.ts')).toMatch(/^export \* from '\.\.\/cjs\/index\.js';$/m);
+    // The testing subpath the same way: one implementation, its names re-exported.
+    const testing = await extract('dist/esm/testing/index.js');
+    expect(testing).toMatch(/^import build from '\.\.\/\.\.\/cjs\/testing\/index\.js';$/m);
+    expect(/export const \{([^}]*)\} = build;/.exec(testing)?.[1]?.split(',').map((name) => name.trim()).filter(Boolean)).toEqual(['verifyBucketStore']);
   });
 
   it('has types that resolve for require() and import under node10, node16 and bundler resolution (@arethetypeswrong/cli finds no problem)', async () => {
@@ -71,7 +80,7 @@ describe('the packed tarball', () => {
     expect(await extract('LICENSE')).toMatch(/^MIT License\n/);
   });
 
-  it('declares a public package with require and import conditions, each with its types; one runtime dependency (the OpenTelemetry API), the proven peer ranges', async () => {
+  it('declares a public package with require and import conditions, each with its types; one runtime dependency (the OpenTelemetry API), the proven peer ranges, fast-check an optional peer (the testing subpath)', async () => {
     const manifest = JSON.parse(await extract('package.json')) as Record<string, unknown>;
     expect(manifest).toMatchObject({
       name: 'nest-redis-rate-limit',
@@ -86,13 +95,20 @@ describe('the packed tarball', () => {
           import: { types: './dist/esm/index.d.ts', default: './dist/esm/index.js' },
           require: { types: './dist/cjs/index.d.ts', default: './dist/cjs/index.js' },
         },
+        './testing': {
+          import: { types: './dist/esm/testing/index.d.ts', default: './dist/esm/testing/index.js' },
+          require: { types: './dist/cjs/testing/index.d.ts', default: './dist/cjs/testing/index.js' },
+        },
         './package.json': './package.json',
       },
+      // For node10 resolution (TypeScript's `moduleResolution: node`), which does not read `exports`.
+      typesVersions: { '*': { testing: ['./dist/cjs/testing/index.d.ts'] } },
     });
     expect(manifest.private).toBeUndefined();
     // The metrics API (a no-op without an SDK), with a low caret floor so that it dedupes onto an app's own copy.
     expect(manifest.dependencies).toEqual(RUNTIME_DEPENDENCIES);
-    expect(manifest.peerDependencies).toEqual(PROVEN_PEERS);
+    expect(manifest.peerDependencies).toEqual({ ...PROVEN_PEERS, ...OPTIONAL_PEERS });
+    expect(manifest.peerDependenciesMeta).toEqual({ 'fast-check': { optional: true } });
   });
 
   it('starts every peer range, per major version, at a version a consumer fixture pins, and admits every pin', async () => {

@@ -46,6 +46,7 @@ export { RateLimitException, RateLimitedGraphQLError, type RateLimitedExtensions
 export { RateLimitedEventDropped, type RateLimitedPayload } from './contexts/transport-errors.js';
 export { RateLimitTimeoutError } from './bucket/with-timeout.js';
 export { BucketStore, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';
+export type { BucketRequest, PenaltyReport } from './bucket/token-bucket.js';
 export { MemoryBucketStore, type MemoryBucketStoreOptions } from './stores/memory-bucket.store.js';
 export { RedisBucketStore } from './stores/redis-bucket.store.js';
 export { redisAnswers } from './stores/redis-probe.js';

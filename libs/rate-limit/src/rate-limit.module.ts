@@ -19,11 +19,13 @@ import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-li
 import { resolveOptions } from './rate-limit.options-resolver.js';
 import { RouteLimiter } from './routes/route-limiter.js';
 import { BucketStore } from './stores/bucket-store.interface.js';
+import { CustomBucketStore } from './stores/custom-bucket.store.js';
 import { localStoreOptions, MemoryBucketStore } from './stores/memory-bucket.store.js';
 import { TransportHandlers } from './contexts/transport-handlers.js';
 import { createRedisClient, RedisBucketStore } from './stores/redis-bucket.store.js';
 
 function createStore(options: ResolvedRateLimitOptions): BucketStore {
+  if (typeof options.store === 'object') return new CustomBucketStore(options.store);
   if (options.store === 'memory') return new MemoryBucketStore(localStoreOptions(options, "store: 'memory'"));
   const { client, owned } = createRedisClient(options.redis);
   const { startupCheck: mode, keyPrefix, failureMode } = options;

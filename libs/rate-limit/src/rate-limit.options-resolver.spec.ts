@@ -18,7 +18,7 @@ describe('module options', () => {
   it.each([
     [{ standardHeaders: 'draft-9' }, /standardHeaders must be one of 'draft-6', 'draft-7', 'draft-8', false \(got "draft-9"\)/],
     [{ failureMode: 'retry' }, /failureMode must be one of 'open', 'closed', 'local'/],
-    [{ store: 'postgres' }, /store must be one of 'redis', 'memory'/],
+    [{ store: 'postgres' }, /store must be 'redis', 'memory' or a BucketStore/],
     [{ timeoutMs: 0 }, /timeoutMs must be a finite number > 0 \(got 0\)/],
     [{ timeoutMs: 3e9 }, /timeoutMs must be at most 2147483647 \(a Node timer's limit\) \(got 3000000000\)/],
     [{ timeoutMs: 2 ** 31 }, /timeoutMs must be at most 2147483647/],

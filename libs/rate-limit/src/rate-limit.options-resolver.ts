@@ -6,6 +6,8 @@ import {
 } from './rate-limit.constants.js';
 import { isIP } from 'node:net';
 import type { RateLimitAllowList, RateLimitKeyOptions, RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
+import type { BucketStore } from './stores/bucket-store.interface.js';
+import { isStoreObject, missingStoreMembers } from './stores/custom-bucket.store.js';
 import { DEFAULT_MAX_LOCAL_BUCKETS } from './stores/memory-bucket.store.js';
 import { checkRedisOption, undefinedRedisOption } from './stores/redis-options.validation.js';
 import { keysOf, unknownKeyOf } from './unknown-keys.js';
@@ -130,7 +132,7 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
       `RateLimitModule: maxLocalBuckets must be an integer from 1 to ${MAX_LOCAL_BUCKETS} (got ${JSON.stringify(maxLocalBuckets)})`,
     );
   }
-  const store = oneOf('store', options.store, STORES, 'redis');
+  const store = resolveStore(options);
   return {
     redis: resolveRedis(options, store),
     store,
@@ -158,12 +160,34 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
   };
 }
 
+/** Checks `store`: 'redis', 'memory', or an object with a BucketStore's members (named when missing). */
+function resolveStore(options: RateLimitModuleOptions): ResolvedRateLimitOptions['store'] {
+  const store: unknown = options.store;
+  if (!isStoreObject(store)) {
+    if (store === undefined || (STORES as readonly unknown[]).includes(store)) return (store as 'redis' | 'memory' | undefined) ?? 'redis';
+    throw new Error(
+      "RateLimitModule: store must be 'redis', 'memory' or a BucketStore (an object with take(), delete() and remote) " +
+        `(got ${JSON.stringify(store)})`,
+    );
+  }
+  const missing = missingStoreMembers(store);
+  if (missing !== undefined) throw new Error(`RateLimitModule: store must be 'redis', 'memory' or a BucketStore; the object given lacks ${missing}`);
+  // Refused rather than ignored, as an unknown key is: a URL written beside the store would suggest the
+  // limiter talks to that Redis, while the store keeps its own connection.
+  if (Object.hasOwn(options, 'redis')) {
+    throw new Error(
+      'RateLimitModule: redis is not read with a BucketStore of your own (store: <object>): the store holds its own connection; remove redis',
+    );
+  }
+  return store;
+}
+
 /**
  * Checks `redis`. `null` is a mistake like any other value (no `??`): only a missing option means the
  * default. `redis: undefined` written out is a URL from an environment variable that is not set: with the
  * Redis store it is refused rather than read as the default, localhost.
  */
-function resolveRedis(options: RateLimitModuleOptions, store: 'redis' | 'memory'): ResolvedRateLimitOptions['redis'] {
+function resolveRedis(options: RateLimitModuleOptions, store: ResolvedRateLimitOptions['store']): ResolvedRateLimitOptions['redis'] {
   if (options.redis !== undefined) return checkRedisOption(options.redis);
   if (Object.hasOwn(options, 'redis') && store === 'redis') throw undefinedRedisOption();
   return 'redis://127.0.0.1:6379';

@@ -3,6 +3,7 @@ import type { ExecutionContext } from '@nestjs/common';
 import type { RateLimitPolicy } from './rate-limit.interfaces.js';
 import type { RateLimitDecisionEvent } from './events/rate-limit-events.js';
 import type { MeterProvider } from '@opentelemetry/api';
+import type { BucketStore } from './stores/bucket-store.interface.js';
 
 export type FailureMode = 'open' | 'closed' | 'local';
 export type StandardHeaders = 'draft-6' | 'draft-7' | 'draft-8' | false;
@@ -28,10 +29,18 @@ export interface RateLimitKeyOptions {
 
 /** Options of `RateLimitModule.forRoot()` / `forRootAsync()`. */
 export interface RateLimitModuleOptions {
-  /** Redis URL, ioredis options, or a client you own (Redis or Cluster; you close it). Default `'redis://127.0.0.1:6379'`. */
+  /**
+   * Redis URL, ioredis options, or a client you own (Redis or Cluster; you close it). Default
+   * `'redis://127.0.0.1:6379'`. Refused beside a `store` object of your own, which holds its own connection.
+   */
   redis?: string | RedisOptions | Redis | Cluster;
-  /** `'redis'` (default) shares buckets across instances; `'memory'` keeps them in this process only. */
-  store?: 'redis' | 'memory';
+  /**
+   * `'redis'` (default) shares buckets across instances; `'memory'` keeps them in this process only; or a
+   * `BucketStore` of your own (you close it), kept to the contract on `BucketStore` and checked by
+   * `verifyBucketStore` of `nest-redis-rate-limit/testing`. `remote: true` gets `timeoutMs`, breakers, the deny
+   * cache and `failureMode`, like Redis; `remote: false` is called directly, like memory.
+   */
+  store?: 'redis' | 'memory' | BucketStore;
   /** Prefix of every Redis key the limiter writes. Default `'rl:'`. */
   keyPrefix?: string;
   /** What a request gets when Redis errors or times out: `'open'` (default) allows, `'closed'` answers 503, `'local'` uses an in-process bucket. */
@@ -105,7 +114,7 @@ export interface RateLimitAllowList {
 /** The options after defaults are applied. */
 export interface ResolvedRateLimitOptions {
   redis: string | RedisOptions | Redis | Cluster;
-  store: 'redis' | 'memory';
+  store: 'redis' | 'memory' | BucketStore;
   keyPrefix: string;
   failureMode: FailureMode;
   timeoutMs: number;

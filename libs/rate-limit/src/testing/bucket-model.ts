@@ -1,8 +1,9 @@
 /**
  * A reference model of the token bucket, written from DESIGN.md ("The algorithm") and the README
  * ("The algorithm": bounds, one bucket per key per call, state it does not trust, clocks; "Penalties
- * (`blockSeconds`)"). It imports nothing from the library on purpose: the property test in this folder
- * compares the Lua script and the memory store with it, so it must not share their code.
+ * (`blockSeconds`)"). It imports nothing from the library on purpose: the property test (test/model/, and
+ * `verifyBucketStore` for any store) compares the Lua script, the memory store and other stores with it,
+ * so it must not share their code.
  *
  * Time is the store's clock in ms (Redis TIME, or the test-only `now`). A stored bucket is kept field by
  * field as raw numbers, so that the test can write damage into it (NaN for text, ±Infinity, negative

@@ -1,0 +1,96 @@
+import fc from 'fast-check';
+import type { BucketStore } from '../stores/bucket-store.interface.js';
+import { BucketModel, type ModelRequest } from './bucket-model.js';
+import { compareResult, KEYS, MAX_NOW, resolveCost, type Scenario, scenarioArb, T0 } from './scenarios.js';
+
+export interface VerifyBucketStoreOptions {
+  /** Random sequences to run. Default 100. */
+  runs?: number;
+  /** fast-check's seed, to replay a failure (its message prints the seed and the shrunk sequence). Default: random. */
+  seed?: number;
+  /** Prefix of every key the check uses; give each run its own (the keys are left to expire). Default `conformance:<random>:`. */
+  keyPrefix?: string;
+}
+
+/** Added to a bucket's TTL before it counts as possibly expired in real time. */
+const REAL_TIME_SLACK_MS = 100;
+
+/**
+ * Checks a `BucketStore` against the library's reference model of the token bucket, the property test
+ * the Redis script and the memory store pass: fast-check draws policies (capacity 1 to 1e12, refill up
+ * to Number.MAX_VALUE per second, penalties with their cost) and sequences of take, peek (`dryRun`),
+ * refund and reset (`delete`) over up to three keys at once, with the clock advancing and stepping back
+ * and forth; every reply must match the model: allowed exactly, each bucket's tokens within 1e-9
+ * (relative from one token up), `penaltyMs` when the store reports it (whole ms may be rounded down).
+ * Rejects with the first mismatch, shrunk to a short sequence, and the seed that replays it.
+ *
+ * What it needs from the store: `TakeOptions.now` is honoured as the store's clock (time is simulated).
+ * What it cannot see: the store's TTLs and stored fields. A bucket whose time (on the simulated clock) has
+ * run out is deleted before the next call, as its TTL would; one whose TTL may have run out in real time
+ * (a window of a few ms, in a store that counts TTLs in real time, as Redis does) is reset in the store
+ * and the model alike. Framework-neutral: call it in a Jest, Vitest or node:test case.
+ *
+ * ```ts
+ * it('keeps the BucketStore contract', () => verifyBucketStore(new MyStore(client), { runs: 200 }), 60_000);
+ * ```
+ */
+export async function verifyBucketStore(store: BucketStore, options: VerifyBucketStoreOptions = {}): Promise<void> {
+  const prefix = options.keyPrefix ?? `conformance:${Math.random().toString(36).slice(2, 10)}:`;
+  let run = 0;
+  const scenario = async ({ policies, alternatives, ops }: Scenario): Promise<void> => {
+    const keys = Array.from({ length: KEYS }, (_, k) => `${prefix}${run}:{k${k}}`);
+    run++;
+    const model = new BucketModel();
+    /** When each bucket's TTL runs out in real time (performance.now), for a store that counts it so. */
+    const realExpiry = new Map<string, number>();
+    let now = T0;
+    try {
+      for (let step = 0; step < ops.length; step++) {
+        const op = ops[step];
+        if (op.op === 'advance') now = Math.min(MAX_NOW, now + op.ms);
+        else if (op.op === 'step') now = Math.min(MAX_NOW, Math.max(T0 - 1e12, now + op.ms));
+        else if (op.op === 'reset') {
+          await store.delete([keys[op.k]]);
+          model.delete(keys[op.k]);
+          realExpiry.delete(keys[op.k]);
+        } else if (op.op !== 'corrupt') {
+          const requests: ModelRequest[] = op.buckets.map(({ k, cost, alt }) => {
+            const policy = alt < 0 ? policies[k] : alternatives[alt];
+            const held = model.decide([{ key: keys[k], ...policy, cost: 0 }], 'peek', now, true).tokens[0];
+            return { key: keys[k], ...policy, cost: resolveCost(cost, policy, held) };
+          });
+          const realNow = performance.now();
+          const gone = requests
+            .map((r) => r.key)
+            .filter((key) => model.expired(key, now) || (realExpiry.get(key) ?? Infinity) <= realNow + REAL_TIME_SLACK_MS);
+          if (gone.length > 0) {
+            await store.delete(gone);
+            for (const key of gone) {
+              model.delete(key);
+              realExpiry.delete(key);
+            }
+          }
+          const sent = performance.now();
+          const result = await store.take(requests, { now, dryRun: op.op === 'peek', refund: op.op === 'refund' });
+          const expected = model.decide(requests, op.op, now);
+          compareResult('store', step, result, expected, requests, true);
+          requests.forEach((r, i) => {
+            const ttl = expected.ttlSet[i];
+            if (ttl !== undefined) realExpiry.set(r.key, Math.max(realExpiry.get(r.key) ?? -Infinity, sent + ttl));
+          });
+        }
+      }
+    } finally {
+      await store.delete(keys).catch(() => undefined);
+    }
+  };
+  const details = await fc.check(fc.asyncProperty(scenarioArb(false), scenario), {
+    numRuns: options.runs ?? 100,
+    ...(options.seed === undefined ? {} : { seed: options.seed }),
+  });
+  if (!details.failed) return;
+  // The rule broken first, then fast-check's report (seed, path and the shrunk sequence to replay it).
+  const error = details.errorInstance;
+  const why = error instanceof Error ? error.message : String(error);
+  throw new Error(`BucketStore conformance: ${why}\n${fc.defaultReportMessage(details) ?? ''}`, { cause: error });
+}
