@@ -31,7 +31,14 @@ import { benchRedisUrl, HTTP_VARIANTS, type HttpVariant, LIMITS, type Limits } f
  */
 
 const BODY = { hello: 'world' };
-const { allowed, denied } = LIMITS;
+/**
+ * BENCH_DENIED_LIMITS=no-refill (the instructions step): /denied refills one token per 10,000 s, so
+ * that after its first 10 requests every request is refused the same way, however slowly it is served.
+ */
+const { allowed, denied } = {
+  allowed: LIMITS.allowed,
+  denied: process.env.BENCH_DENIED_LIMITS === 'no-refill' ? LIMITS.deniedNoRefill : LIMITS.denied,
+};
 const REDIS_URL = benchRedisUrl();
 
 /** A 429 built without a stack trace (as ours builds its refusals): what is left is Nest's own cost. */
@@ -313,6 +320,16 @@ async function main(): Promise<void> {
   process.once('SIGTERM', () => void app.close().finally(() => process.exit(0)));
   await app.listen(0, '127.0.0.1');
   const { port } = app.getHttpServer().address() as AddressInfo;
+  // The instructions step (node --expose-gc): SIGUSR2 runs a full GC and answers {"gc":n} on stdout, so
+  // that every measured segment starts from the same heap.
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (process.env.BENCH_GC_ON_SIGNAL === '1' && gc) {
+    let collections = 0;
+    process.on('SIGUSR2', () => {
+      gc();
+      process.stdout.write(`${JSON.stringify({ gc: ++collections })}\n`);
+    });
+  }
   process.stdout.write(`${JSON.stringify({ port })}\n`);
 }
 
