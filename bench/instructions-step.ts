@@ -10,7 +10,7 @@ import { INSTRUCTIONS, LABELS } from './settings.js';
 import { round } from './stats.js';
 
 /**
- * The instructions step (BENCH_ONLY=instructions; part of the default run): instructions the app
+ * The instructions step (BENCH_ONLY=instructions; not in the default run: about 10 minutes on 2 cores): instructions the app
  * process executes per request, counted by valgrind's callgrind. Unlike req/s on a shared machine,
  * a count moves by a few parts per thousand from run to run, so a change of a few percent is visible.
  *
@@ -27,7 +27,8 @@ import { round } from './stats.js';
  * 3. Every app runs `repeats` times, each in a new process; the report gives the median and the spread.
  *
  * Node runs with --single-threaded (the JIT compiles on the main thread, at a point that does not
- * depend on thread scheduling), fixed hash and random seeds and --predictable-gc-schedule.
+ * depend on thread scheduling), fixed hash and random seeds and a fixed young generation of 64 MB
+ * (with --predictable-gc-schedule instead, two processes differed by 2-4 %; with these, 0.03-0.7 %).
  *
  * BENCH_LIBRARY_DIR=<dir of a built nest-redis-rate-limit package (package.json + dist)>: the apps
  * load that library instead of libs/rate-limit. The package and this bench's compiled files are copied
@@ -95,7 +96,19 @@ export interface InstructionsResult {
   durationSeconds: number;
 }
 
-const NODE_FLAGS = ['--expose-gc', '--single-threaded', '--hash-seed=1', '--random-seed=1', '--predictable-gc-schedule'];
+/** BENCH_INSTR_NODE_FLAGS (space-separated) replaces them; --expose-gc is always added. */
+const NODE_FLAGS = [
+  '--expose-gc',
+  ...(process.env.BENCH_INSTR_NODE_FLAGS?.split(' ').filter(Boolean) ?? [
+    '--single-threaded',
+    '--hash-seed=1',
+    '--random-seed=1',
+    // A young generation of 64 MB and an old one that starts at 512 MB: few GCs, at the same points in every process.
+    '--min-semi-space-size=64',
+    '--max-semi-space-size=64',
+    '--initial-old-space-size=512',
+  ]),
+];
 const VALGRIND_FLAGS = ['--tool=callgrind', '--instr-atstart=no', '--smc-check=all-non-file'];
 
 export function instructionsPlannedSeconds(): number {

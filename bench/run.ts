@@ -34,7 +34,7 @@ import { targets } from './targets.js';
  * fully busy, and it measures what CPU starvation does to the failure mode, not the overhead the other
  * steps compare. It writes <date>-starved.{json,md} (BENCH_OUT=<name>: <name>-starved.*); run alone, only those.
  * BENCH_ONLY=instructions: instructions per request of the app process under callgrind (see
- * instructions-step.ts); in the default run. Run alone it writes <date>-instructions.{json,md}
+ * instructions-step.ts); not in the default run (about 10 minutes with 2 cores). Run alone it writes <date>-instructions.{json,md}
  * (BENCH_OUT=<name>: <name>-instructions.*). BENCH_LIBRARY_DIR=<built package> measures another build
  * of the library (bench/compare-instructions.ts).
  * BENCH_PROFILE=<variant> starts that HTTP variant with --cpu-prof (profiles in .bench-tmp/profiles).
@@ -43,8 +43,8 @@ import { targets } from './targets.js';
 const ROOT = resolve(HERE, '../..');
 const RESULTS_DIR = join(ROOT, 'bench', 'results');
 const RUN_PREFIX = `rl-bench:${randomUUID().slice(0, 8)}:`;
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'http,decisions,promise,instructions').split(',').map((s) => s.trim()));
-/** The steps of the main results file; 'instructions' (default run) and 'starved' (only when named) also write files of their own. */
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'http,decisions,promise').split(',').map((s) => s.trim()));
+/** The steps of the default run; 'instructions' and 'starved' run only when BENCH_ONLY names them, and write files of their own. */
 const MAIN_STEPS = ['http', 'decisions', 'promise'];
 const UNKNOWN_STEP = [...ONLY].find((step) => ![...MAIN_STEPS, 'instructions', 'starved'].includes(step));
 if (UNKNOWN_STEP !== undefined) throw new Error(`BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, instructions, starved)`);
@@ -174,7 +174,7 @@ async function main(): Promise<void> {
     }
     if (ONLY.has('decisions')) results.decisions = await decisionsStep(redis, RUN_PREFIX, ownRedis === undefined);
     if (ONLY.has('promise')) results.promise = await promiseStep(RUN_PREFIX);
-    // After the load steps: it needs little CPU per app, and counts do not depend on contention.
+    // After the load steps, which its valgrind processes would disturb.
     if (ONLY.has('instructions')) results.instructions = await instructionsStep(RUN_PREFIX, ROOT);
     // Last: its busy loops must not disturb the other steps.
     if (ONLY.has('starved')) results.starved = await starvedStep(redis, RUN_PREFIX, ROOT);
