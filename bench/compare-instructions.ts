@@ -9,7 +9,7 @@ import type { InstructionsResult } from './instructions-step.js';
  * this machine: `npm run bench:compare -- <baseline> [<candidate>]`.
  *
  * Each side is one of:
- * - `.`: this tree's libs/rate-limit (built by bench:build);
+ * - `.`: this tree's libs/rate-limit as built by bench:build (uncommitted changes included);
  * - a git commit or branch: its libs/rate-limit (and root tsconfig.json) taken with `git archive` into
  *   .bench-tmp/instructions/tree-<sha>/ and built there with its own `npm run build`;
  * - a directory holding a built package (package.json + dist/);
@@ -32,7 +32,8 @@ function git(...args: string[]): string {
 /** A built package directory for `side`, and its label. */
 function prepare(side: string): { dir?: string; json?: string; label: string } {
   if (side.endsWith('.json')) return { json: resolve(side), label: side };
-  if (side === '.') return { label: `${git('rev-parse', '--short', 'HEAD')}-tree` };
+  // Through BENCH_LIBRARY_DIR too, so that both sides load the library the same way (a copy under .bench-tmp).
+  if (side === '.') return { dir: join(ROOT, 'libs', 'rate-limit'), label: `${git('rev-parse', '--short', 'HEAD')}-tree` };
   if (existsSync(join(side, 'package.json'))) return { dir: resolve(side), label: side.replace(/[^\w.-]+/g, '_') };
   const sha = git('rev-parse', '--short', `${side}^{commit}`);
   const tree = join(ROOT, '.bench-tmp', 'instructions', `tree-${sha}`);
@@ -60,7 +61,7 @@ function measure(side: string): InstructionsResult {
   };
   if (prepared.dir) {
     env.BENCH_LIBRARY_DIR = prepared.dir;
-    env.BENCH_CODE = side === prepared.label ? side : `${side} (${prepared.label})`;
+    env.BENCH_CODE = side === '.' ? `this tree (${prepared.label})` : side === prepared.label ? side : `${side} (${prepared.label})`;
   } else delete env.BENCH_LIBRARY_DIR;
   const ran = spawnSync(process.execPath, [join(HERE, 'run.js')], { cwd: ROOT, env, stdio: 'inherit' });
   if (ran.status !== 0) throw new Error(`the instructions step for ${side} failed`);

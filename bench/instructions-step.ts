@@ -212,7 +212,9 @@ async function measureApp(job: Job, dir: string, runPrefix: string, workDir: str
   args.push(process.execPath, ...NODE_FLAGS, join(dir, 'http-app.js'), job.variant, `${runPrefix}instr:${job.variant}:${job.repeat}:`);
   const env = { ...process.env, BENCH_GC_ON_SIGNAL: '1', BENCH_DENIED_LIMITS: 'no-refill' };
   const child = track(spawn('valgrind', args, { env, stdio: ['ignore', 'pipe', 'inherit'] }));
-  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  // A new connection for the warm-up and for each segment: between them (a GC, callgrind_control) the
+  // server's keep-alive timeout (5 s) may close an idle one. Both segments open one, so it cancels.
+  let agent = new Agent({ keepAlive: true, maxSockets: 1 });
   try {
     const next = lineReader(child);
     const { port } = await next('port', 180_000);
@@ -224,6 +226,8 @@ async function measureApp(job: Job, dir: string, runPrefix: string, workDir: str
     await control(pid, '-i', 'on');
     let dumps = 0;
     const segment = async (path: string, count: number, status: number): Promise<number> => {
+      agent.destroy();
+      agent = new Agent({ keepAlive: true, maxSockets: 1 });
       child.kill('SIGUSR2');
       await next('gc', 120_000);
       await control(pid, '-z');
