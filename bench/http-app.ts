@@ -320,16 +320,6 @@ async function main(): Promise<void> {
   process.once('SIGTERM', () => void app.close().finally(() => process.exit(0)));
   await app.listen(0, '127.0.0.1');
   const { port } = app.getHttpServer().address() as AddressInfo;
-  // The instructions step (node --expose-gc): SIGUSR2 runs a full GC and answers {"gc":n} on stdout, so
-  // that every measured segment starts from the same heap.
-  const gc = (globalThis as { gc?: () => void }).gc;
-  if (process.env.BENCH_GC_ON_SIGNAL === '1' && gc) {
-    let collections = 0;
-    process.on('SIGUSR2', () => {
-      gc();
-      process.stdout.write(`${JSON.stringify({ gc: ++collections })}\n`);
-    });
-  }
   process.stdout.write(`${JSON.stringify({ port })}\n`);
 }
 

@@ -20,10 +20,10 @@ import { round } from './stats.js';
  *
  * 1. Warm-up: `warmup` requests, alternating over the app's measured paths (so the JIT sees every
  *    path before any is measured); then instrumentation is switched on (`callgrind_control -i on`).
- * 2. For each path: a full GC (SIGUSR2, node --expose-gc), counters zeroed (`callgrind_control -z`),
- *    N requests, dump (`callgrind_control -d`): I(N). Then again a full GC, zero, 2N requests, dump:
- *    I(2N). Instructions per request = (I(2N) − I(N)) / N: what both segments share (the GC and
- *    callgrind_control around them, what the first request after a GC does once) cancels.
+ * 2. For each path: counters zeroed (`callgrind_control -z`), N requests, dump (`callgrind_control -d`):
+ *    I(N); N more requests, dump: I(2N) is the sum of both dumps. Instructions per request =
+ *    (I(2N) − I(N)) / N, the cost of requests N+1..2N: what the first N requests of a path do once
+ *    (JIT still at work, the switch from another path) is in I(N) and I(2N) alike, and cancels.
  * 3. Every app runs `repeats` times, each in a new process; the report gives the median and the spread.
  *
  * Node runs with --single-threaded (the JIT compiles on the main thread, at a point that does not
@@ -61,12 +61,12 @@ export interface InstructionsRun {
   variant: HttpVariant;
   path: HttpPath;
   repeat: number;
-  /** Instructions counted over N requests, and over 2N requests (each segment after a full GC). */
+  /** Instructions counted over the first N requests of the path, and over the first 2N. */
   instructionsN: number;
   instructions2N: number;
   /** (I(2N) − I(N)) / N. */
   perRequest: number;
-  /** I(N) / N: higher than perRequest by what a segment costs once (and by any JIT still going on). */
+  /** I(N) / N: differs from perRequest by what the first N requests do once (JIT still at work). */
   perRequestFirstN: number;
 }
 
@@ -96,9 +96,8 @@ export interface InstructionsResult {
   durationSeconds: number;
 }
 
-/** BENCH_INSTR_NODE_FLAGS (space-separated) replaces them; --expose-gc is always added. */
+/** BENCH_INSTR_NODE_FLAGS (space-separated) replaces them. */
 const NODE_FLAGS = [
-  '--expose-gc',
   ...(process.env.BENCH_INSTR_NODE_FLAGS?.split(' ').filter(Boolean) ?? [
     '--single-threaded',
     '--hash-seed=1',
@@ -114,8 +113,8 @@ const VALGRIND_FLAGS = ['--tool=callgrind', '--instr-atstart=no', '--smc-check=a
 export function instructionsPlannedSeconds(): number {
   const { warmup, n, repeats, parallel } = INSTRUCTIONS;
   const apps = new Set(INSTRUCTION_TARGETS.map((t) => t.variant));
-  // Measured under valgrind: about 20 s to start, 9 ms per warm-up request, 13 ms per counted one.
-  const perApp = [...apps].map((v) => 20 + warmup * 0.009 + INSTRUCTION_TARGETS.filter((t) => t.variant === v).length * 3 * n * 0.013);
+  // Measured under valgrind on a shared 2-core machine: about 25 s to start, 20 ms per warm-up request, 50 ms per counted one.
+  const perApp = [...apps].map((v) => 25 + warmup * 0.02 + INSTRUCTION_TARGETS.filter((t) => t.variant === v).length * 2 * n * 0.05);
   return (perApp.reduce((a, b) => a + b, 0) * repeats) / Math.max(1, parallel);
 }
 
@@ -210,10 +209,11 @@ async function measureApp(job: Job, dir: string, runPrefix: string, workDir: str
   const outFile = join(outDir, 'callgrind.out');
   const args = [...VALGRIND_FLAGS, `--callgrind-out-file=${outFile}`, `--log-file=${join(outDir, 'valgrind.log')}`];
   args.push(process.execPath, ...NODE_FLAGS, join(dir, 'http-app.js'), job.variant, `${runPrefix}instr:${job.variant}:${job.repeat}:`);
-  const env = { ...process.env, BENCH_GC_ON_SIGNAL: '1', BENCH_DENIED_LIMITS: 'no-refill' };
+  const env = { ...process.env, BENCH_DENIED_LIMITS: 'no-refill' };
   const child = track(spawn('valgrind', args, { env, stdio: ['ignore', 'pipe', 'inherit'] }));
-  // A new connection for the warm-up and for each segment: between them (a GC, callgrind_control) the
-  // server's keep-alive timeout (5 s) may close an idle one. Both segments open one, so it cancels.
+  // A new connection for the warm-up and for each segment: during callgrind_control the server's
+  // keep-alive timeout (5 s) may close an idle one. Opening one costs the app a few tens of thousands of
+  // instructions, under 0.01 % of N requests.
   let agent = new Agent({ keepAlive: true, maxSockets: 1 });
   try {
     const next = lineReader(child);
@@ -228,8 +228,6 @@ async function measureApp(job: Job, dir: string, runPrefix: string, workDir: str
     const segment = async (path: string, count: number, status: number): Promise<number> => {
       agent.destroy();
       agent = new Agent({ keepAlive: true, maxSockets: 1 });
-      child.kill('SIGUSR2');
-      await next('gc', 120_000);
       await control(pid, '-z');
       await requests(agent, port, path, count, status);
       await control(pid, '-d');
@@ -238,7 +236,7 @@ async function measureApp(job: Job, dir: string, runPrefix: string, workDir: str
     const runs: InstructionsRun[] = [];
     for (const t of job.targets) {
       const instructionsN = await segment(`/${t.path}`, n, t.status);
-      const instructions2N = await segment(`/${t.path}`, 2 * n, t.status);
+      const instructions2N = instructionsN + (await segment(`/${t.path}`, n, t.status));
       runs.push({
         variant: t.variant,
         path: t.path,
@@ -353,7 +351,7 @@ export function renderInstructions(result: InstructionsResult, h = '##'): string
   lines.push(`${h} Instructions per request (callgrind)`, '');
   lines.push(
     `Code: ${result.code}; library: ${result.library}. ${result.valgrind}, node ${result.nodeFlags.join(' ')}. ` +
-      `Warm-up ${fmt(s.warmup)} requests per app, then per path (I(2N) − I(N)) / N with N = ${fmt(s.n)}, each segment after a full GC; ` +
+      `Warm-up ${fmt(s.warmup)} requests per app, then per path (I(2N) − I(N)) / N with N = ${fmt(s.n)}: the cost of requests N+1..2N of the path; ` +
       `one request at a time on one keep-alive connection; ${s.repeats} processes per app. The step took ${round(result.durationSeconds / 60, 1)} min.`,
     '',
   );
@@ -371,7 +369,7 @@ export function renderInstructions(result: InstructionsResult, h = '##'): string
       '/denied here refills one token per 10,000 s (BENCH_DENIED_LIMITS=no-refill), so every measured request of ours is refused by its deny cache.',
     '',
   );
-  lines.push('Each process: I(N) / N beside (I(2N) − I(N)) / N (their difference is what a segment costs once):', '');
+  lines.push('Each process: I(N) / N beside (I(2N) − I(N)) / N (their difference is what the first N requests of a path do once):', '');
   lines.push('| path | variant | # | I(N) / N | (I(2N) − I(N)) / N |', '|---|---|---:|---:|---:|');
   for (const r of result.runs) {
     lines.push(`| /${r.path} | ${SHORT[r.variant] ?? r.variant} | ${r.repeat} | ${fmt(r.perRequestFirstN)} | ${fmt(r.perRequest)} |`);
