@@ -27,8 +27,8 @@ import { round } from './stats.js';
  * 3. Every app runs `repeats` times, each in a new process; the report gives the median and the spread.
  *
  * Node runs with --single-threaded (the JIT compiles on the main thread, at a point that does not
- * depend on thread scheduling), fixed hash and random seeds and a fixed young generation of 64 MB
- * (with --predictable-gc-schedule instead, two processes differed by 2-4 %; with these, 0.03-0.7 %).
+ * depend on thread scheduling), fixed hash and random seeds, a fixed young generation of 1 MB and an
+ * old generation that starts at 512 MB (with --predictable-gc-schedule instead, two processes differed by 2-4 %).
  *
  * BENCH_LIBRARY_DIR=<dir of a built nest-redis-rate-limit package (package.json + dist)>: the apps
  * load that library instead of libs/rate-limit. The package and this bench's compiled files are copied
@@ -102,9 +102,11 @@ const NODE_FLAGS = [
     '--single-threaded',
     '--hash-seed=1',
     '--random-seed=1',
-    // A young generation of 64 MB and an old one that starts at 512 MB: few GCs, at the same points in every process.
-    '--min-semi-space-size=64',
-    '--max-semi-space-size=64',
+    // A young generation of a fixed 1 MB: a scavenge every few requests, so that N requests hold many and
+    // where the next one falls hardly matters (with 64 MB one scavenge fell in or out of a segment: ±15 %).
+    // The old generation starts at 512 MB: no full GC during the step.
+    '--min-semi-space-size=1',
+    '--max-semi-space-size=1',
     '--initial-old-space-size=512',
   ]),
 ];
@@ -113,8 +115,8 @@ const VALGRIND_FLAGS = ['--tool=callgrind', '--instr-atstart=no', '--smc-check=a
 export function instructionsPlannedSeconds(): number {
   const { warmup, n, repeats, parallel } = INSTRUCTIONS;
   const apps = new Set(INSTRUCTION_TARGETS.map((t) => t.variant));
-  // Measured under valgrind on a shared 2-core machine: about 25 s to start, 20 ms per warm-up request, 50 ms per counted one.
-  const perApp = [...apps].map((v) => 25 + warmup * 0.02 + INSTRUCTION_TARGETS.filter((t) => t.variant === v).length * 2 * n * 0.05);
+  // Measured under valgrind on a shared 2-core machine: about 15 s to start, 4 ms per warm-up request, 15 ms per counted one.
+  const perApp = [...apps].map((v) => 15 + warmup * 0.004 + INSTRUCTION_TARGETS.filter((t) => t.variant === v).length * 2 * n * 0.015);
   return (perApp.reduce((a, b) => a + b, 0) * repeats) / Math.max(1, parallel);
 }
 

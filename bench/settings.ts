@@ -54,13 +54,14 @@ export const SETTINGS = {
 
 /**
  * The instructions step (bench/instructions-step.ts): requests per app process under callgrind.
- * Under valgrind a request takes about 10 ms, so a path's 3N counted requests take about 20 s at N = 500.
+ * Under valgrind a request takes 3-15 ms; with 6,000 warm-up requests the JIT has settled (I(N) / N is
+ * within about 1 % of (I(2N) − I(N)) / N for a path measured right after the warm-up).
  */
 export const INSTRUCTIONS = {
   /** Requests before anything is counted, alternating over the app's measured paths. */
-  warmup: numberFromEnv('BENCH_INSTR_WARMUP', 2_000),
+  warmup: numberFromEnv('BENCH_INSTR_WARMUP', 6_000),
   /** N: the segments are N and 2N requests; per request = (I(2N) − I(N)) / N. */
-  n: numberFromEnv('BENCH_INSTR_N', 500),
+  n: numberFromEnv('BENCH_INSTR_N', 1_000),
   /** Processes per app (the spread is taken over them). */
   repeats: numberFromEnv('BENCH_INSTR_REPEATS', 2),
   /** Apps under valgrind at the same time (instruction counts do not depend on CPU contention). */
