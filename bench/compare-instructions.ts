@@ -11,7 +11,8 @@ import type { InstructionsResult } from './instructions-step.js';
  * Each side is one of:
  * - `.`: this tree's libs/rate-limit as built by bench:build (uncommitted changes included);
  * - a git commit or branch: its libs/rate-limit (and root tsconfig.json) taken with `git archive` into
- *   .bench-tmp/instructions/tree-<sha>/ and built there with its own `npm run build`;
+ *   .bench-tmp/instructions/tree-<sha>/ and built there with its own `npm run build` (BENCH_COMPARE_FILES,
+ *   space-separated, names what to take if its build needs more; BENCH_COMPARE_LIBRARY the package dir);
  * - a directory holding a built package (package.json + dist/);
  * - an instructions JSON written earlier (bench/results/*-instructions.json): not measured again.
  *   Only meaningful from the same machine, Node and valgrind.
@@ -24,6 +25,9 @@ import type { InstructionsResult } from './instructions-step.js';
 
 const ROOT = resolve(HERE, '../..');
 const LIMIT = Number(process.env.BENCH_COMPARE_LIMIT ?? 2);
+/** What a commit's build needs, taken with git archive (BENCH_COMPARE_FILES, space-separated), and where the package is. */
+const FILES = (process.env.BENCH_COMPARE_FILES ?? 'libs/rate-limit tsconfig.json').split(' ').filter(Boolean);
+const LIBRARY = process.env.BENCH_COMPARE_LIBRARY ?? 'libs/rate-limit';
 
 function git(...args: string[]): string {
   return execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' }).trim();
@@ -40,9 +44,9 @@ function prepare(side: string): { dir?: string; json?: string; label: string } {
   rmSync(tree, { recursive: true, force: true });
   mkdirSync(tree, { recursive: true });
   // Only the library and the tsconfig it extends; its build resolves node_modules from this tree.
-  const archive = execFileSync('git', ['archive', sha, 'libs/rate-limit', 'tsconfig.json'], { cwd: ROOT, maxBuffer: 1 << 28 });
+  const archive = execFileSync('git', ['archive', sha, ...FILES], { cwd: ROOT, maxBuffer: 1 << 28 });
   execFileSync('tar', ['-x', '-C', tree], { input: archive });
-  const library = join(tree, 'libs', 'rate-limit');
+  const library = join(tree, LIBRARY);
   console.log(`compare: building ${side} (${sha}) in ${library}`);
   const built = spawnSync('npm', ['run', 'build'], { cwd: library, stdio: 'inherit' });
   if (built.status !== 0) throw new Error(`build of ${side} failed`);
