@@ -10,7 +10,7 @@ import { INSTRUCTIONS, LABELS } from './settings.js';
 import { round } from './stats.js';
 
 /**
- * The instructions step (BENCH_ONLY=instructions; not in the default run: about 10 minutes on 2 cores): instructions the app
+ * The instructions step (BENCH_ONLY=instructions; not in the default run: 5-7 minutes on 2 shared cores): instructions the app
  * process executes per request, counted by valgrind's callgrind. Unlike req/s on a shared machine,
  * a count moves by a few parts per thousand from run to run, so a change of a few percent is visible.
  *

@@ -34,7 +34,7 @@ import { targets } from './targets.js';
  * fully busy, and it measures what CPU starvation does to the failure mode, not the overhead the other
  * steps compare. It writes <date>-starved.{json,md} (BENCH_OUT=<name>: <name>-starved.*); run alone, only those.
  * BENCH_ONLY=instructions: instructions per request of the app process under callgrind (see
- * instructions-step.ts); not in the default run (about 10 minutes with 2 cores). Run alone it writes <date>-instructions.{json,md}
+ * instructions-step.ts); not in the default run (5-7 minutes on 2 shared cores). Run alone it writes <date>-instructions.{json,md}
  * (BENCH_OUT=<name>: <name>-instructions.*). BENCH_LIBRARY_DIR=<built package> measures another build
  * of the library (bench/compare-instructions.ts).
  * BENCH_PROFILE=<variant> starts that HTTP variant with --cpu-prof (profiles in .bench-tmp/profiles).

@@ -54,8 +54,8 @@ export const SETTINGS = {
 
 /**
  * The instructions step (bench/instructions-step.ts): requests per app process under callgrind.
- * Under valgrind a request takes 3-15 ms; with 6,000 warm-up requests the JIT has settled (I(N) / N is
- * within about 1 % of (I(2N) − I(N)) / N for a path measured right after the warm-up).
+ * Under valgrind a request takes 3-30 ms. Even after 6,000 warm-up requests the first N requests of a
+ * path still pay for the JIT (I(N) / N is 5-16 % above (I(2N) − I(N)) / N); that part cancels.
  */
 export const INSTRUCTIONS = {
   /** Requests before anything is counted, alternating over the app's measured paths. */
