@@ -31,7 +31,14 @@ import { benchRedisUrl, HTTP_VARIANTS, type HttpVariant, LIMITS, type Limits } f
  */
 
 const BODY = { hello: 'world' };
-const { allowed, denied } = LIMITS;
+/**
+ * BENCH_DENIED_LIMITS=no-refill (the instructions step): /denied refills one token per 10,000 s, so
+ * that after its first 10 requests every request is refused the same way, however slowly it is served.
+ */
+const { allowed, denied } = {
+  allowed: LIMITS.allowed,
+  denied: process.env.BENCH_DENIED_LIMITS === 'no-refill' ? LIMITS.deniedNoRefill : LIMITS.denied,
+};
 const REDIS_URL = benchRedisUrl();
 
 /** A 429 built without a stack trace (as ours builds its refusals): what is left is Nest's own cost. */
@@ -267,7 +274,15 @@ function appModule(variant: HttpVariant, prefix: string): DynamicModule {
       return {
         module: BenchAppModule,
         imports: [
-          RateLimitModule.forRoot({ redis: REDIS_URL, keyPrefix: prefix, denyCache: variant === 'ours' }),
+          RateLimitModule.forRoot({
+            redis: REDIS_URL,
+            keyPrefix: prefix,
+            denyCache: variant === 'ours',
+            // The instructions step: under valgrind the app is ~50× slower, and the deadline's one timer
+            // fires every timeoutMs of wall time while decisions are pending; a longer one keeps the
+            // count of work done per request independent of the machine's speed.
+            ...(process.env.BENCH_OURS_TIMEOUT_MS ? { timeoutMs: Number(process.env.BENCH_OURS_TIMEOUT_MS) } : {}),
+          }),
         ],
         controllers: [OursController],
       };

@@ -3,6 +3,7 @@ import { basename } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { BenchResults, DecisionSummary, PromiseResult } from './results.js';
 import { HTTP_FLOORS, HTTP_PATHS, LABELS, type LimiterName, type PromiseLimiter } from './settings.js';
+import { renderInstructions } from './instructions-step.js';
 import { renderStarved } from './starved-step.js';
 import type { Spread } from './stats.js';
 import { GOALS, targets } from './targets.js';
@@ -202,6 +203,7 @@ export function renderReport(results: BenchResults, chartFile: string): string {
     '',
   );
 
+  if (results.instructions) lines.push(renderInstructions(results.instructions));
   if (results.starved) lines.push(renderStarved(results.starved));
 
   lines.push('## What each limiter does', '');

@@ -1,5 +1,6 @@
 import type { ProbeStats } from './starved-probe.js';
 import type { StarvedAppStats } from './starved-app.js';
+import type { InstructionsResult } from './instructions-step.js';
 import type { HttpPath, HttpVariant, LimiterName, PromiseLimiter } from './settings.js';
 import type { Spread, Verdict } from './stats.js';
 
@@ -36,6 +37,8 @@ export interface BenchResults {
     summary: Partial<Record<LimiterName, DecisionSummary>>;
   };
   promise: Partial<Record<PromiseLimiter, PromiseResult>>;
+  /** The instructions step (callgrind), when the run had it; also written to <date>-instructions.json. */
+  instructions?: InstructionsResult;
   /** The starved step, when the run had it (BENCH_ONLY=...,starved); also written to <date>-starved.json. */
   starved?: StarvedResult;
   targets: Target[];

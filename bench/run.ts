@@ -6,6 +6,7 @@ import { Redis } from 'ioredis';
 import { renderChart } from './chart.js';
 import { decisionsPlannedSeconds, decisionsStep } from './decisions-step.js';
 import { httpPlannedSeconds, httpStep } from './http-step.js';
+import { instructionsPlannedSeconds, instructionsStep, renderInstructions } from './instructions-step.js';
 import { elapsed, HERE, liveChildren, planSeconds, progress, startedAt, stopChild } from './processes.js';
 import { promisePlannedSeconds, promiseStep } from './promise-step.js';
 import { deleteKeys, type OwnRedis, startOwnRedis } from './redis.js';
@@ -32,6 +33,10 @@ import { targets } from './targets.js';
  * busy loops (see starved-step.ts). Not in the default run: for about two minutes it keeps the machine
  * fully busy, and it measures what CPU starvation does to the failure mode, not the overhead the other
  * steps compare. It writes <date>-starved.{json,md} (BENCH_OUT=<name>: <name>-starved.*); run alone, only those.
+ * BENCH_ONLY=instructions: instructions per request of the app process under callgrind (see
+ * instructions-step.ts); not in the default run (5-7 minutes on 2 shared cores). Run alone it writes <date>-instructions.{json,md}
+ * (BENCH_OUT=<name>: <name>-instructions.*). BENCH_LIBRARY_DIR=<built package> measures another build
+ * of the library (bench/compare-instructions.ts).
  * BENCH_PROFILE=<variant> starts that HTTP variant with --cpu-prof (profiles in .bench-tmp/profiles).
  */
 
@@ -39,10 +44,10 @@ const ROOT = resolve(HERE, '../..');
 const RESULTS_DIR = join(ROOT, 'bench', 'results');
 const RUN_PREFIX = `rl-bench:${randomUUID().slice(0, 8)}:`;
 const ONLY = new Set((process.env.BENCH_ONLY ?? 'http,decisions,promise').split(',').map((s) => s.trim()));
-/** The steps of the default run; 'starved' is only run when BENCH_ONLY names it. */
+/** The steps of the default run; 'instructions' and 'starved' run only when BENCH_ONLY names them, and write files of their own. */
 const MAIN_STEPS = ['http', 'decisions', 'promise'];
-const UNKNOWN_STEP = [...ONLY].find((step) => ![...MAIN_STEPS, 'starved'].includes(step));
-if (UNKNOWN_STEP !== undefined) throw new Error(`BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, starved)`);
+const UNKNOWN_STEP = [...ONLY].find((step) => ![...MAIN_STEPS, 'instructions', 'starved'].includes(step));
+if (UNKNOWN_STEP !== undefined) throw new Error(`BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, instructions, starved)`);
 const EXTERNAL_REDIS = process.env.BENCH_REDIS_URL;
 
 let ownRedis: OwnRedis | undefined;
@@ -74,6 +79,7 @@ function plan(): number {
   if (ONLY.has('http')) seconds += httpPlannedSeconds();
   if (ONLY.has('decisions')) seconds += decisionsPlannedSeconds();
   if (ONLY.has('promise')) seconds += promisePlannedSeconds();
+  if (ONLY.has('instructions')) seconds += instructionsPlannedSeconds();
   if (ONLY.has('starved')) seconds += starvedPlannedSeconds();
   return seconds;
 }
@@ -168,6 +174,8 @@ async function main(): Promise<void> {
     }
     if (ONLY.has('decisions')) results.decisions = await decisionsStep(redis, RUN_PREFIX, ownRedis === undefined);
     if (ONLY.has('promise')) results.promise = await promiseStep(RUN_PREFIX);
+    // After the load steps, which its valgrind processes would disturb.
+    if (ONLY.has('instructions')) results.instructions = await instructionsStep(RUN_PREFIX, ROOT);
     // Last: its busy loops must not disturb the other steps.
     if (ONLY.has('starved')) results.starved = await starvedStep(redis, RUN_PREFIX, ROOT);
   } finally {
@@ -180,6 +188,17 @@ async function main(): Promise<void> {
   results.machine.loadAverageAtEnd = loadavg().map((n) => round(n, 2));
   results.durationSeconds = round((Date.now() - startedAt) / 1000, 1);
   mkdirSync(RESULTS_DIR, { recursive: true });
+  if (results.instructions) {
+    const instructionsBase = join(RESULTS_DIR, `${process.env.BENCH_OUT ?? results.date}-instructions`);
+    const instructions = { machine: results.machine, ...results.instructions };
+    writeFileSync(`${instructionsBase}.json`, `${JSON.stringify(instructions, null, 2)}\n`);
+    const markdown = `${renderInstructions(results.instructions, '#')}\nMachine: ${results.machine.cpu} × ${results.machine.cores}, ${results.machine.os}, Node ${results.machine.node}, Redis ${results.machine.redis} (${results.machine.redisServer}). ${results.machine.note}\n`;
+    writeFileSync(`${instructionsBase}.md`, markdown);
+    console.log('');
+    console.log(markdown);
+    console.log(`wrote ${relative(ROOT, instructionsBase)}.{json,md}`);
+    if (!MAIN_STEPS.some((step) => ONLY.has(step)) && !results.starved) return;
+  }
   if (results.starved) {
     const starvedBase = join(RESULTS_DIR, `${process.env.BENCH_OUT ?? results.date}-starved`);
     const starved = { machine: results.machine, ...results.starved };

@@ -53,6 +53,22 @@ export const SETTINGS = {
 };
 
 /**
+ * The instructions step (bench/instructions-step.ts): requests per app process under callgrind.
+ * Under valgrind a request takes 3-30 ms. Even after 6,000 warm-up requests the first N requests of a
+ * path still pay for the JIT (I(N) / N is 5-16 % above (I(2N) − I(N)) / N); that part cancels.
+ */
+export const INSTRUCTIONS = {
+  /** Requests before anything is counted, alternating over the app's measured paths. */
+  warmup: numberFromEnv('BENCH_INSTR_WARMUP', 6_000),
+  /** N: the segments are N and 2N requests; per request = (I(2N) − I(N)) / N. */
+  n: numberFromEnv('BENCH_INSTR_N', 1_000),
+  /** Processes per app (the spread is taken over them). */
+  repeats: numberFromEnv('BENCH_INSTR_REPEATS', 2),
+  /** Apps under valgrind at the same time (instruction counts do not depend on CPU contention). */
+  parallel: numberFromEnv('BENCH_INSTR_PARALLEL', 2),
+};
+
+/**
  * The limits, each written in every limiter's own idiom. "Allowed": a limit nobody reaches. "Denied":
  * 10 per second, which the load exceeds several hundred times over. "Promise": 100 per second, with a
  * burst of 100 for the token bucket.
@@ -60,6 +76,8 @@ export const SETTINGS = {
 export const LIMITS = {
   allowed: { capacity: 1_000_000_000, refillPerSecond: 1_000_000_000, limit: 1_000_000_000, windowMs: 60_000 },
   denied: { capacity: 10, refillPerSecond: 10, limit: 10, windowMs: 1_000 },
+  /** The instructions step's /denied: one token per 10,000 s, so a slow app (under valgrind) never sees one refill. */
+  deniedNoRefill: { capacity: 10, refillPerSecond: 0.0001, limit: 10, windowMs: 100_000_000 },
   promise: { capacity: 100, refillPerSecond: 100, limit: 100, windowMs: 1_000 },
   /** Idle buckets for MEMORY USAGE: slow enough that none expires before it is measured. */
   memory: { capacity: 100, refillPerSecond: 1, limit: 100, windowMs: 60_000 },
