@@ -1,9 +1,9 @@
 import { type CanActivate, type ExecutionContext, Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
-import type { Verdict } from '../bucket/bucket.service.js';
+import type { Verdict } from '../rate-limit.interfaces.js';
 import { RATE_LIMIT_ENHANCER } from '../rate-limit.constants.js';
-import { type RequestHooks, RouteLimiter } from '../routes/route-limiter.js';
-import { findRouteLimiter } from '../routes/find-route-limiter.js';
+import { type RequestHooks, RouteLimiter } from '../pipeline/route-limiter.js';
+import { findRouteLimiter } from '../pipeline/find-route-limiter.js';
 
 /**
  * Decides the policies that do not depend on the app's own guards (`phase: 'before-guards'`: by IP, by

@@ -1,6 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { ThrottledLogger } from '../throttled-logger.js';
+import { ThrottledLogger } from '../../throttled-logger.js';
 import { checkRedisOption, isRedisClient, maskUrl, type RedisClient } from './redis-options.validation.js';
 
 export { checkRedisOption, isRedisClient, maskUrl, type RedisClient, type RedisOption } from './redis-options.validation.js';

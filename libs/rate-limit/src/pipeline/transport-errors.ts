@@ -1,14 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import { IntrinsicException } from '@nestjs/common';
-import { RateLimitedGraphQLError, RateLimitException, withoutStack } from '../rate-limit.exception.js';
-
-/** What a refused WebSocket or microservice client receives: the `WsException` / `RpcException` error. */
-export interface RateLimitedPayload {
-  status: 'error';
-  code: 'RATE_LIMITED' | 'RATE_LIMIT_UNAVAILABLE';
-  message: string;
-  retryAfter: number;
-}
+import { type RateLimitedPayload, RateLimitedGraphQLError, RateLimitException, withoutStack } from '../rate-limit.exception.js';
 
 type ErrorClass = new (error: object) => Error;
 

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket/token-bucket.js';
+import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../token-bucket.js';
 
 /**
  * The token bucket in Lua: reads, refills, drains and writes every bucket of a decision in one atomic

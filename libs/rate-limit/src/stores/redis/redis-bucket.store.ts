@@ -1,8 +1,8 @@
 import { Logger, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import { Cluster } from 'ioredis';
-import { type BucketRequest, type PenaltyReport, penaltyCostOf } from '../bucket/token-bucket.js';
-import { CONNECT_WAIT_MS } from '../rate-limit.constants.js';
-import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
+import { type BucketRequest, type PenaltyReport, penaltyCostOf } from '../token-bucket.js';
+import { CONNECT_WAIT_MS } from '../../rate-limit.constants.js';
+import type { BucketStore, TakeOptions, TakeResult } from '../bucket-store.interface.js';
 import { diagnosticsOf, type RedisClient, type RedisDiagnostics } from './redis-connection.js';
 import { checkAtStartup, type StartupCheckSettings } from './redis-startup.check.js';
 import { TOKEN_BUCKET_COMMAND, TOKEN_BUCKET_LUA, type TokenBucketMode } from './token-bucket.script.js';

@@ -18,9 +18,10 @@ import type { RateLimitIdentity } from '../rate-limit.interfaces.js';
 import { AddressList } from './allow-list.js';
 import { fieldResolverWarnings } from './field-resolver-check.js';
 import { PolicyNumbers } from './policy-numbers.js';
-import { BucketService, type Verdict, type VerdictSource } from '../bucket/bucket.service.js';
-import { Deadlines, RateLimitTimeoutError } from '../bucket/with-timeout.js';
-import { type BucketRequest, toDecision } from '../bucket/token-bucket.js';
+import { BucketService } from '../bucket/bucket.service.js';
+import type { Verdict, VerdictSource } from '../rate-limit.interfaces.js';
+import { Deadlines, RateLimitTimeoutError } from '../engine/with-timeout.js';
+import { type BucketRequest, toDecision } from '../stores/token-bucket.js';
 import { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js';
 import { createDigest, type Digest, ipIdentity, routeIdentity, routeKey } from '../keys/identity.js';
 import { defaultUserId, isUserId, noUserWarning } from '../keys/user-identity.js';
@@ -32,7 +33,7 @@ import {
   RATE_LIMIT_POLICIES,
   RATE_LIMIT_VERDICT,
 } from '../rate-limit.constants.js';
-import { isEventHandler, refusalFor } from '../contexts/transport-errors.js';
+import { isEventHandler, refusalFor } from './transport-errors.js';
 import { type CallKind, type LimitedCall, limitedCall } from '../contexts/limited-call.js';
 import { ClientAddresses } from '../contexts/client-address.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
