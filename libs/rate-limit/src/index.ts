@@ -45,7 +45,7 @@ export {
   type RateLimitedExtensions,
   type RateLimitedPayload,
 } from './rate-limit.exception.js';
-export { RateLimitedEventDropped } from './pipeline/transport-errors.js';
+export { RateLimitedEventDropped } from './pipeline/refusals.js';
 export { RateLimitTimeoutError } from './engine/with-timeout.js';
 export { BucketStore, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';
 export { MemoryBucketStore, type MemoryBucketStoreOptions } from './stores/memory/memory-bucket.store.js';

@@ -20,6 +20,7 @@ import {
 import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
 import { resolveOptions } from './rate-limit.options-resolver.js';
 import { RouteLimiter } from './pipeline/route-limiter.js';
+import { StartupChecks } from './pipeline/startup-checks.js';
 import { BucketStore } from './stores/bucket-store.interface.js';
 import { localStoreOptions, MemoryBucketStore } from './stores/memory/memory-bucket.store.js';
 import { TransportHandlers } from './interceptors/transport-handlers.js';
@@ -81,6 +82,8 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
     { provide: RouteBuckets, useClass: PolicyRouteBuckets },
     RateLimitHeadersWriter,
     RouteLimiter,
+    // Checks the routes and the app's set-up at start-up; one that fails stops the start.
+    StartupChecks,
     // Puts RateLimitInterceptor on WebSocket and microservice handlers with a policy, at creation.
     TransportHandlers,
     // A provider of its own, so that @nestjs/testing's overrideGuard(RateLimitGuard) replaces the global guard.

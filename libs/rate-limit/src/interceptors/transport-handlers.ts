@@ -6,7 +6,7 @@ import { handlerKind } from '../policies/policy-registry.js';
 import { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
-import { loadTransportErrors } from '../pipeline/transport-errors.js';
+import { loadTransportErrors } from '../pipeline/refusals.js';
 
 /**
  * WebSocket and microservice handlers with a policy get `RateLimitInterceptor` on the handler itself,
