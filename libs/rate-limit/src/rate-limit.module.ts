@@ -24,7 +24,8 @@ import { StartupChecks } from './pipeline/startup-checks.js';
 import { BucketStore } from './stores/bucket-store.interface.js';
 import { localStoreOptions, MemoryBucketStore } from './stores/memory/memory-bucket.store.js';
 import { TransportHandlers } from './interceptors/transport-handlers.js';
-import { createRedisClient, RedisBucketStore } from './stores/redis/redis-bucket.store.js';
+import { createRedisClient } from './stores/redis/redis-client.js';
+import { RedisBucketStore } from './stores/redis/redis-bucket.store.js';
 
 function createStore(options: ResolvedRateLimitOptions): BucketStore {
   if (options.store === 'memory') return new MemoryBucketStore(localStoreOptions(options, "store: 'memory'"));
