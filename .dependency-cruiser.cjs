@@ -22,6 +22,8 @@ const LAYERS = [
   ['top', `${SRC}(guards|interceptors|filters|decorators)/|${SRC}(index|rate-limit\\.module|rate-limit\\.options-resolver)\\.ts$`],
 ];
 
+const LAYERED = LAYERS.map(([, path]) => `(${path})`).join('|');
+
 const upward = LAYERS.slice(0, -1).map(([name, path], i) => ({
   name: `no-upward-from-${name}`,
   comment: `${name} imports only the layers below it (${LAYERS.slice(i + 1).map(([above]) => above).join(', ')} are above)`,
@@ -43,8 +45,15 @@ module.exports = {
       name: 'every-file-has-a-layer',
       comment: 'A new folder of the library gets its place in LAYERS (.dependency-cruiser.cjs)',
       severity: 'error',
-      from: { path: SRC, pathNot: `${LAYERS.map(([, path]) => `(${path})`).join('|')}|\\.spec\\.ts$` },
+      from: { path: SRC, pathNot: `${LAYERED}|\\.spec\\.ts$` },
       to: {},
+    },
+    {
+      name: 'every-import-has-a-layer',
+      comment: 'A new folder of the library gets its place in LAYERS (.dependency-cruiser.cjs)',
+      severity: 'error',
+      from: { path: SRC },
+      to: { path: SRC, pathNot: LAYERED },
     },
     ...upward,
   ],

@@ -33,7 +33,7 @@ export { SkipRateLimit } from './decorators/skip-rate-limit.decorator.js';
 export { BucketService, type BucketEntry } from './bucket/bucket.service.js';
 export { RateLimitGuard } from './guards/rate-limit.guard.js';
 export { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
-export type { RateLimitState } from './pipeline/route-limiter.js';
+export type { RateLimitState } from './pipeline/request-state.js';
 export type { CompiledPolicy } from './policies/policy.js';
 export type { RouteIdentity } from './keys/identity.js';
 export { RateLimitMetrics } from './metrics/rate-limit-metrics.js';

@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import { RateLimitEvents } from '../events/rate-limit-events.js';
+import type { RateLimitEvents } from '../events/rate-limit-events.js';
 import { RateLimitUnavailableError } from '../rate-limit.exception.js';
 import type { Verdict, VerdictSource } from '../rate-limit.interfaces.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';

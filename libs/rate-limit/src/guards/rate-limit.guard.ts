@@ -2,7 +2,8 @@ import { type CanActivate, type ExecutionContext, Injectable, type OnModuleInit 
 import { ModuleRef } from '@nestjs/core';
 import type { Verdict } from '../rate-limit.interfaces.js';
 import { RATE_LIMIT_ENHANCER } from '../rate-limit.constants.js';
-import { type RequestHooks, RouteLimiter } from '../pipeline/route-limiter.js';
+import type { RequestHooks } from '../pipeline/request-state.js';
+import { RouteLimiter } from '../pipeline/route-limiter.js';
 import { findRouteLimiter } from '../pipeline/find-route-limiter.js';
 
 /**

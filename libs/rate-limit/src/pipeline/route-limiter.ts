@@ -21,8 +21,6 @@ import { newState, type PhaseTake, type RequestHooks, type RequestState } from '
 import { SetupWarnings } from './setup-warnings.js';
 import { RequestVerdicts } from './verdict.js';
 
-export type { RateLimitState, RequestHooks } from './request-state.js';
-
 /**
  * Decides route policies, in the phases Nest's request pipeline gives them:
  *
