@@ -1,7 +1,7 @@
 import { Test, type TestingModule } from '@nestjs/testing';
 import { type Cluster, Redis } from 'ioredis';
 import { BucketService, RateLimitModule, RateLimitUnavailableError } from 'nest-redis-rate-limit';
-import { keySlot } from '../../libs/rate-limit/src/stores/redis-bucket.store.js';
+import { keySlot } from '../../libs/rate-limit/src/stores/redis/cluster-slots.js';
 import { LocalCluster } from '../support/cluster.js';
 import { hasRedisServerBinary, testPrefix } from '../support/redis.js';
 

@@ -1,8 +1,9 @@
 import { Redis } from 'ioredis';
 import { BucketService, MemoryBucketStore, RedisBucketStore } from 'nest-redis-rate-limit';
-import type { BucketRequest } from '../../libs/rate-limit/src/bucket/token-bucket.js';
+import type { BucketRequest } from '../../libs/rate-limit/src/stores/token-bucket.js';
 import { resolveOptions } from '../../libs/rate-limit/src/rate-limit.options-resolver.js';
-import { MAX_DECISIONS_PER_CALL, reportedTokens } from '../../libs/rate-limit/src/stores/redis-bucket.store.js';
+import { MAX_DECISIONS_PER_CALL } from '../../libs/rate-limit/src/stores/redis/coalescer.js';
+import { reportedTokens } from '../../libs/rate-limit/src/stores/redis/token-bucket.codec.js';
 import { commandCalls, RedisServer, testPrefix } from '../support/redis.js';
 
 /**

@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import { type BucketStore, MemoryBucketStore, RedisBucketStore, type TakeOptions, type TakeResult } from 'nest-redis-rate-limit';
 import { verifyBucketStore } from 'nest-redis-rate-limit/testing';
-import type { BucketRequest } from '../../libs/rate-limit/src/bucket/token-bucket.js';
+import type { BucketRequest } from '../../libs/rate-limit/src/stores/token-bucket.js';
 import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
 
 /**

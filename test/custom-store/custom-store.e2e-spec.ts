@@ -13,7 +13,7 @@ import {
   type TakeResult,
 } from 'nest-redis-rate-limit';
 import request from 'supertest';
-import type { BucketRequest } from '../../libs/rate-limit/src/bucket/token-bucket.js';
+import type { BucketRequest } from '../../libs/rate-limit/src/stores/token-bucket.js';
 import { createApp } from '../support/app.js';
 import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
 import { startUp } from '../support/start-up.js';

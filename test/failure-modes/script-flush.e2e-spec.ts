@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { TOKEN_BUCKET_LUA } from '../../libs/rate-limit/src/stores/token-bucket.script.js';
+import { TOKEN_BUCKET_LUA } from '../../libs/rate-limit/src/stores/redis/token-bucket.script.js';
 import { PLATFORMS } from '../support/app.js';
 import { countByStatus, sleep, startLoad } from '../support/load.js';
 import { commandCalls, testPrefix } from '../support/redis.js';

@@ -1,8 +1,8 @@
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { MemoryBucketStore, RedisBucketStore } from 'nest-redis-rate-limit';
-import { DenyCache } from '../../libs/rate-limit/src/bucket/deny-cache.js';
-import type { BucketRequest, PenaltyReport } from '../../libs/rate-limit/src/bucket/token-bucket.js';
+import { DenyCache } from '../../libs/rate-limit/src/engine/deny-cache.js';
+import type { BucketRequest, PenaltyReport } from '../../libs/rate-limit/src/stores/token-bucket.js';
 import type { TakeResult } from '../../libs/rate-limit/src/stores/bucket-store.interface.js';
 import {
   BucketModel,

@@ -1,7 +1,7 @@
 import type { Cluster } from 'ioredis';
 import { Redis } from 'ioredis';
 import { RedisBucketStore, type TakeResult } from 'nest-redis-rate-limit';
-import type { PenaltyReport } from '../../libs/rate-limit/src/bucket/token-bucket.js';
+import type { PenaltyReport } from '../../libs/rate-limit/src/stores/token-bucket.js';
 import { LocalCluster } from '../support/cluster.js';
 import { hasRedisServerBinary, testPrefix } from '../support/redis.js';
 

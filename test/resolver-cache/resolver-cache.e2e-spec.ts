@@ -3,7 +3,7 @@ import { Redis } from 'ioredis';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { RateLimit, RateLimitModule, type RateLimitResolver, type ResolvedLimits } from 'nest-redis-rate-limit';
-import { RouteLimiter } from '../../libs/rate-limit/src/routes/route-limiter.js';
+import { RouteLimiter } from '../../libs/rate-limit/src/pipeline/route-limiter.js';
 import { createApp } from '../support/app.js';
 import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
 

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:net';
 import { type Cluster, Redis } from 'ioredis';
 // The module itself, not the package index: the run's globalSetup loads this file outside jest.
-import { redisAnswers } from '../../libs/rate-limit/src/stores/redis-probe.js';
+import { redisAnswers } from '../../libs/rate-limit/src/stores/redis/redis-probe.js';
 import { isRunning, killChild, signalChild, spawnChild } from './children.js';
 
 /**

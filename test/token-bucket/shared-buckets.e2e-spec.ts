@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import { MemoryBucketStore, RedisBucketStore } from 'nest-redis-rate-limit';
 import type { BucketStore } from 'nest-redis-rate-limit';
-import { type BucketRequest, toDecision } from '../../libs/rate-limit/src/bucket/token-bucket.js';
+import { type BucketRequest, toDecision } from '../../libs/rate-limit/src/stores/token-bucket.js';
 import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
 
 /**

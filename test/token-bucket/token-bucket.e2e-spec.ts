@@ -1,9 +1,9 @@
 import { Redis } from 'ioredis';
 import { MemoryBucketStore, RedisBucketStore } from 'nest-redis-rate-limit';
 import type { BucketStore, TakeResult } from 'nest-redis-rate-limit';
-import { type PenaltyReport, toDecision } from '../../libs/rate-limit/src/bucket/token-bucket.js';
+import { type PenaltyReport, toDecision } from '../../libs/rate-limit/src/stores/token-bucket.js';
 import { deleteKeys, redisUrl, testPrefix } from '../support/redis.js';
-import { reportedTokens } from '../../libs/rate-limit/src/stores/redis-bucket.store.js';
+import { reportedTokens } from '../../libs/rate-limit/src/stores/redis/token-bucket.codec.js';
 
 /**
  * One table of cases, run through the Lua script on the real Redis and through the memory store.

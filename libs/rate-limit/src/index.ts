@@ -24,31 +24,33 @@ export type {
   RateLimitResolver,
   RefundOn,
   ResolvedLimits,
+  Verdict,
+  VerdictSource,
 } from './rate-limit.interfaces.js';
 export type { DecisionOutcome, RateLimitDecisionEvent } from './events/rate-limit-events.js';
 export { RateLimit } from './decorators/rate-limit.decorator.js';
 export { SkipRateLimit } from './decorators/skip-rate-limit.decorator.js';
-export {
-  BucketService,
-  RateLimitUnavailableError,
-  type BucketEntry,
-  type Verdict,
-  type VerdictSource,
-} from './bucket/bucket.service.js';
+export { BucketService, type BucketEntry } from './bucket/bucket.service.js';
 export { RateLimitGuard } from './guards/rate-limit.guard.js';
 export { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
-export type { RateLimitState } from './routes/route-limiter.js';
+export type { RateLimitState } from './pipeline/request-state.js';
 export type { CompiledPolicy } from './policies/policy.js';
 export type { RouteIdentity } from './keys/identity.js';
 export { RateLimitMetrics } from './metrics/rate-limit-metrics.js';
 export { METER_NAME, RateLimitMetricAttributes, RateLimitMetricNames } from './metrics/metric-names.js';
-export { RateLimitException, RateLimitedGraphQLError, type RateLimitedExtensions } from './rate-limit.exception.js';
-export { RateLimitedEventDropped, type RateLimitedPayload } from './contexts/transport-errors.js';
-export { RateLimitTimeoutError } from './bucket/with-timeout.js';
+export {
+  RateLimitException,
+  RateLimitedGraphQLError,
+  RateLimitUnavailableError,
+  type RateLimitedExtensions,
+  type RateLimitedPayload,
+} from './rate-limit.exception.js';
+export { RateLimitedEventDropped } from './pipeline/refusals.js';
+export { RateLimitTimeoutError } from './engine/with-timeout.js';
 export { BucketStore, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';
-export type { BucketRequest, PenaltyReport } from './bucket/token-bucket.js';
-export { MemoryBucketStore, type MemoryBucketStoreOptions } from './stores/memory-bucket.store.js';
-export { RedisBucketStore } from './stores/redis-bucket.store.js';
-export { redisAnswers } from './stores/redis-probe.js';
+export type { BucketRequest, PenaltyReport } from './stores/token-bucket.js';
+export { MemoryBucketStore, type MemoryBucketStoreOptions } from './stores/memory/memory-bucket.store.js';
+export { RedisBucketStore } from './stores/redis/redis-bucket.store.js';
+export { redisAnswers } from './stores/redis/redis-probe.js';
 export { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP, RATE_LIMIT_VERDICT } from './rate-limit.constants.js';
 export { ConnectionRateLimit, type ConnectionRateLimitOptions } from './contexts/connection-rate-limit.js';

@@ -107,3 +107,24 @@ export interface BucketDecision {
   /** Seconds until the bucket is full again. */
   resetSeconds: number;
 }
+
+/** How a verdict was reached. */
+export type VerdictSource =
+  /** The configured store answered. */
+  | 'store'
+  /** Denied in process: the store denied this bucket recently and it cannot have refilled yet (`denyCache`). */
+  | 'cache'
+  /** The store failed; an in-process bucket decided (`failureMode: 'local'`). */
+  | 'local'
+  /** The store failed; allowed without a decision (`failureMode: 'open'`). */
+  | 'open'
+  /** The store failed; refused without a decision (`failureMode: 'closed'`). */
+  | 'closed';
+
+/** One atomic decision over the buckets of a request. */
+export interface Verdict {
+  allowed: boolean;
+  /** One decision per bucket, in request order. */
+  decisions: BucketDecision[];
+  source: VerdictSource;
+}

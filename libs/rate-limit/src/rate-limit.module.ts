@@ -9,6 +9,8 @@ import { RateLimitMetrics } from './metrics/rate-limit-metrics.js';
 import { needsInterceptor } from './policies/policy.js';
 import { RATE_LIMIT_ENHANCER, RATE_LIMIT_GUARD_REPLACED } from './rate-limit.constants.js';
 import { PolicyRegistry } from './policies/policy-registry.js';
+import { PolicyRouteBuckets } from './policies/route-buckets.js';
+import { RouteBuckets } from './bucket/route-buckets.js';
 import {
   ConfigurableRateLimitModule,
   RATE_LIMIT_MODULE_OPTIONS,
@@ -17,12 +19,14 @@ import {
 } from './rate-limit.module-definition.js';
 import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
 import { resolveOptions } from './rate-limit.options-resolver.js';
-import { RouteLimiter } from './routes/route-limiter.js';
+import { RouteLimiter } from './pipeline/route-limiter.js';
+import { StartupChecks } from './pipeline/startup-checks.js';
 import { BucketStore } from './stores/bucket-store.interface.js';
 import { CustomBucketStore } from './stores/custom-bucket.store.js';
-import { localStoreOptions, MemoryBucketStore } from './stores/memory-bucket.store.js';
-import { TransportHandlers } from './contexts/transport-handlers.js';
-import { createRedisClient, RedisBucketStore } from './stores/redis-bucket.store.js';
+import { localStoreOptions, MemoryBucketStore } from './stores/memory/memory-bucket.store.js';
+import { TransportHandlers } from './interceptors/transport-handlers.js';
+import { createRedisClient } from './stores/redis/redis-client.js';
+import { RedisBucketStore } from './stores/redis/redis-bucket.store.js';
 
 function createStore(options: ResolvedRateLimitOptions): BucketStore {
   if (typeof options.store === 'object') return new CustomBucketStore(options.store);
@@ -77,8 +81,12 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
     // Subscribes to RateLimitEvents at bootstrap, only when an OpenTelemetry SDK's MeterProvider is found.
     RateLimitMetrics,
     PolicyRegistry,
+    // What BucketService.peekRoute() / resetRoute() ask: the route policies' buckets by scope.
+    { provide: RouteBuckets, useClass: PolicyRouteBuckets },
     RateLimitHeadersWriter,
     RouteLimiter,
+    // Checks the routes and the app's set-up at start-up; one that fails stops the start.
+    StartupChecks,
     // Puts RateLimitInterceptor on WebSocket and microservice handlers with a policy, at creation.
     TransportHandlers,
     // A provider of its own, so that @nestjs/testing's overrideGuard(RateLimitGuard) replaces the global guard.

@@ -8,8 +8,8 @@ import { isIP } from 'node:net';
 import type { RateLimitAllowList, RateLimitKeyOptions, RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
 import type { BucketStore } from './stores/bucket-store.interface.js';
 import { isStoreObject, missingStoreMembers } from './stores/custom-bucket.store.js';
-import { DEFAULT_MAX_LOCAL_BUCKETS } from './stores/memory-bucket.store.js';
-import { checkRedisOption, undefinedRedisOption } from './stores/redis-options.validation.js';
+import { DEFAULT_MAX_LOCAL_BUCKETS } from './stores/memory/memory-bucket.store.js';
+import { checkRedisOption, undefinedRedisOption } from './stores/redis/redis-options.validation.js';
 import { keysOf, unknownKeyOf } from './unknown-keys.js';
 
 /** The most in-process buckets one may ask for: a JavaScript Map holds at most 2^24 entries. */

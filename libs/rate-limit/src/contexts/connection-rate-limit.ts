@@ -1,9 +1,9 @@
 import type { IncomingMessage } from 'node:http';
-import { type BucketService, RateLimitUnavailableError } from '../bucket/bucket.service.js';
+import type { BucketService } from '../bucket/bucket.service.js';
+import { type RateLimitedPayload, RateLimitUnavailableError } from '../rate-limit.exception.js';
 import { ipIdentity } from '../keys/identity.js';
-import { assertBucketPolicy } from '../policies/policy.js';
+import { assertBucketPolicy } from '../bucket/bucket-policy.check.js';
 import type { BucketPolicy } from '../rate-limit.interfaces.js';
-import type { RateLimitedPayload } from './transport-errors.js';
 
 export interface ConnectionRateLimitOptions extends BucketPolicy {
   /** The bucket's name; each client address gets its own bucket under it. Default `'connect'`. */

@@ -1,5 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
-import type { VerdictSource } from '../bucket/bucket.service.js';
+import type { VerdictSource } from '../rate-limit.interfaces.js';
 import { ThrottledLogger } from '../throttled-logger.js';
 
 /** What a policy's decision meant for the request. */

@@ -1,6 +1,6 @@
 import { Catch, type ExceptionFilter, Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
-import { decoratedControllers, findRouteLimiter } from '../routes/find-route-limiter.js';
+import { decoratedControllers, findRouteLimiter } from '../pipeline/find-route-limiter.js';
 
 /** Never thrown: the check below catches nothing. */
 class NeverThrown {}

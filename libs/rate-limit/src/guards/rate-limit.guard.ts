@@ -1,9 +1,10 @@
 import { type CanActivate, type ExecutionContext, Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
-import type { Verdict } from '../bucket/bucket.service.js';
+import type { Verdict } from '../rate-limit.interfaces.js';
 import { RATE_LIMIT_ENHANCER } from '../rate-limit.constants.js';
-import { type RequestHooks, RouteLimiter } from '../routes/route-limiter.js';
-import { findRouteLimiter } from '../routes/find-route-limiter.js';
+import type { RequestHooks } from '../pipeline/request-state.js';
+import { RouteLimiter } from '../pipeline/route-limiter.js';
+import { findRouteLimiter } from '../pipeline/find-route-limiter.js';
 
 /**
  * Decides the policies that do not depend on the app's own guards (`phase: 'before-guards'`: by IP, by
@@ -18,12 +19,8 @@ import { findRouteLimiter } from '../routes/find-route-limiter.js';
 export class RateLimitGuard implements CanActivate, OnModuleInit {
   static readonly [RATE_LIMIT_ENHANCER] = 'guard';
   private limiter: RouteLimiter | undefined;
-  private readonly hooks: RequestHooks = {
-    getIp: (request) => this.getIp(request),
-    getUserId: (request) => this.getUserId(request),
-    getApiKey: (request) => this.getApiKey(request),
-    throwRateLimitException: (context, verdict) => this.throwRateLimitException(context, verdict),
-  };
+  /** The hooks this guard hands the pipeline: the module's defaults, or what a subclass overrides. */
+  private hooks: RequestHooks | undefined;
 
   constructor(protected readonly moduleRef: ModuleRef) {}
 
@@ -32,7 +29,8 @@ export class RateLimitGuard implements CanActivate, OnModuleInit {
   }
 
   canActivate(context: ExecutionContext): boolean | Promise<boolean> {
-    return this.routeLimiter.beforeGuards(context, this.hooks, this);
+    const limiter = this.routeLimiter;
+    return limiter.beforeGuards(context, (this.hooks ??= this.requestHooks(limiter.defaultHooks)), this);
   }
 
   /** The client address. Default: `req.ip`, which honours the app's trust-proxy setting. */
@@ -53,6 +51,23 @@ export class RateLimitGuard implements CanActivate, OnModuleInit {
   /** Throws the refusal; the headers are already written. Default: `RateLimitException` (429 with `retryAfter`). */
   protected throwRateLimitException(context: ExecutionContext, verdict: Verdict): never {
     return this.routeLimiter.defaultHooks.throwRateLimitException(context, verdict);
+  }
+
+  /**
+   * The hooks as data for the pipeline, which never calls back into the guard: the defaults themselves,
+   * and for each hook a subclass overrides, that override (which may call `super`, hence the defaults).
+   */
+  private requestHooks(defaults: RequestHooks): RequestHooks {
+    const own = RateLimitGuard.prototype;
+    return {
+      getIp: this.getIp === own.getIp ? defaults.getIp : (request) => this.getIp(request),
+      getUserId: this.getUserId === own.getUserId ? defaults.getUserId : (request) => this.getUserId(request),
+      getApiKey: this.getApiKey === own.getApiKey ? defaults.getApiKey : (request) => this.getApiKey(request),
+      throwRateLimitException:
+        this.throwRateLimitException === own.throwRateLimitException
+          ? defaults.throwRateLimitException
+          : (context, verdict) => this.throwRateLimitException(context, verdict),
+    };
   }
 
   private get routeLimiter(): RouteLimiter {

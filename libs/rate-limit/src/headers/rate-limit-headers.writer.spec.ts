@@ -1,5 +1,5 @@
-import { toDecision } from '../bucket/token-bucket.js';
-import { assertBucketPolicy } from '../policies/policy.js';
+import { toDecision } from '../stores/token-bucket.js';
+import { assertBucketPolicy } from '../bucket/bucket-policy.check.js';
 import type { BucketDecision, BucketPolicy } from '../rate-limit.interfaces.js';
 import { resolveOptions } from '../rate-limit.options-resolver.js';
 import { type HeaderPolicy, mostRestrictive, RateLimitHeadersWriter } from './rate-limit-headers.writer.js';

@@ -1,5 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
-import type { Verdict } from '../bucket/bucket.service.js';
+import type { Verdict } from '../rate-limit.interfaces.js';
 import { HEADERS } from '../rate-limit.constants.js';
 import type { BucketDecision, BucketPolicy } from '../rate-limit.interfaces.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';

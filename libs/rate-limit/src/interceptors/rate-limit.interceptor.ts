@@ -8,8 +8,8 @@ import {
 import { ModuleRef } from '@nestjs/core';
 import type { Observable } from 'rxjs';
 import { RATE_LIMIT_ENHANCER } from '../rate-limit.constants.js';
-import { decoratedControllers, findRouteLimiter } from '../routes/find-route-limiter.js';
-import type { RouteLimiter } from '../routes/route-limiter.js';
+import { decoratedControllers, findRouteLimiter } from '../pipeline/find-route-limiter.js';
+import type { RouteLimiter } from '../pipeline/route-limiter.js';
 
 /**
  * Runs after the app's guards: decides the policies that need what those guards establish

@@ -1,4 +1,4 @@
-import type { BucketRequest } from '../bucket/token-bucket.js';
+import type { BucketRequest } from './token-bucket.js';
 
 /** The outcome of one atomic decision over one or more buckets. */
 export interface TakeResult {

@@ -1,4 +1,4 @@
-import type { BucketRequest, PenaltyReport } from '../bucket/token-bucket.js';
+import type { BucketRequest, PenaltyReport } from './token-bucket.js';
 import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
 
 /** What a `store` object must have, in the order a start-up error names them. */

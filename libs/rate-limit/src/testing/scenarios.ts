@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { toDecision, type BucketRequest, type PenaltyReport } from '../bucket/token-bucket.js';
+import { toDecision, type BucketRequest, type PenaltyReport } from '../stores/token-bucket.js';
 import type { TakeResult } from '../stores/bucket-store.interface.js';
 import type { ModelOutcome, ModelPolicy, ModelRequest } from './bucket-model.js';
 

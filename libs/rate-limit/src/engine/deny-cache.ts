@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { DENY_CACHE_MAX_ENTRIES } from '../rate-limit.constants.js';
 import type { TakeResult } from '../stores/bucket-store.interface.js';
-import type { BucketRequest, PenaltyReport } from './token-bucket.js';
+import type { BucketRequest, PenaltyReport } from '../stores/token-bucket.js';
 
 /**
  * Redis counts time in whole milliseconds (TIME, truncated), so between two decisions it can credit up

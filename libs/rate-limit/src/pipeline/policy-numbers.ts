@@ -1,7 +1,8 @@
 import { BadRequestException, type ExecutionContext, InternalServerErrorException, type Type } from '@nestjs/common';
 import type { ModuleRef } from '@nestjs/core';
-import type { Deadlines } from '../bucket/with-timeout.js';
-import { assertBlockSeconds, assertBucketPolicy, assertCost, type CompiledPolicy } from '../policies/policy.js';
+import type { Deadlines } from '../engine/with-timeout.js';
+import { assertBucketPolicy, assertCost } from '../bucket/bucket-policy.check.js';
+import { assertBlockSeconds, type CompiledPolicy } from '../policies/policy.js';
 import { RESOLVER_CACHE_MAX_ENTRIES } from '../rate-limit.constants.js';
 import type { RateLimitIdentity, RateLimitResolver, ResolvedLimits } from '../rate-limit.interfaces.js';
 

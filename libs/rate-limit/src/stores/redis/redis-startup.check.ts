@@ -1,9 +1,9 @@
 import { Logger } from '@nestjs/common';
 import type { RedisOptions } from 'ioredis';
-import { CONNECT_WAIT_MS } from '../rate-limit.constants.js';
-import type { FailureMode, StartupCheck } from '../rate-limit.options.js';
+import { CONNECT_WAIT_MS } from '../../rate-limit.constants.js';
+import type { FailureMode, StartupCheck } from '../../rate-limit.options.js';
 import type { RedisClient } from './redis-options.validation.js';
-import { describeCause, type RedisDiagnostics } from './redis-connection.js';
+import { describeCause, type RedisDiagnostics } from './redis-diagnostics.js';
 
 /** What the start-up check of a client the module created needs to know. */
 export interface StartupCheckSettings {

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket/token-bucket.js';
+import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../token-bucket.js';
 
 /**
  * The token bucket in Lua: reads, refills, drains and writes every bucket of a decision in one atomic
@@ -26,7 +26,7 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket
  *                  e of the tokens (frexp; at least -60, so tokens below 2^-61 come out as 0 or a
  *                  fraction of 2^-61), and allowed 1 or 0 (the verdict of the whole decision). An
  *                  integer below 2^53 in magnitude; the tokens it carries are never more than the
- *                  bucket's, and less by under 2^-44 of them (`decodeTokens` in the store). Whole
+ *                  bucket's, and less by under 2^-44 of them (`decodeTokens` in token-bucket.codec.ts). Whole
  *                  tokens (a bucket that refilled to capacity, the common case) skip frexp/ldexp:
  *                  m = tokens, e = 45, which the same decoding reads back exactly (|tokens| <= 1e12,
  *                  so m * 256 stays below 2^53).
@@ -58,12 +58,12 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../bucket
  *
  * Every argument of a decision is checked, and every value to be written computed, before its first
  * write: a refused argument writes nothing for that decision (an error reply when it is alone). The
- * bounds are `MAX_CAPACITY` and `MAX_WINDOW_SECONDS` of bucket/token-bucket.ts, so the PEXPIRE argument
+ * bounds are `MAX_CAPACITY` and `MAX_WINDOW_SECONDS` of stores/token-bucket.ts, so the PEXPIRE argument
  * is an integer of at most 2e15 ms, printed with '%d' (a Lua number that large may be printed with an
  * exponent, which PEXPIRE refuses). A call whose headers do not match its keys and arguments is
  * refused whole before anything is written.
  *
- * State it cannot trust is repaired, as `repair()` in bucket/token-bucket.ts does: non-finite tokens or
+ * State it cannot trust is repaired, as `repair()` in stores/token-bucket.ts does: non-finite tokens or
  * ts (nan, inf, garbage) count as a missing key (a full bucket), tokens below -(b*R) (b: blockSeconds of
  * the call, 0 without a penalty) as 0, a ts more than `FUTURE_TOLERANCE_MS` ahead of now as now. A
  * repaired bucket is written back even when the decision is a refusal (not by peek), and a refused

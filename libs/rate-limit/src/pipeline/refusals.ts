@@ -1,13 +1,51 @@
-import type { ExecutionContext } from '@nestjs/common';
-import { IntrinsicException } from '@nestjs/common';
-import { RateLimitedGraphQLError, RateLimitException, withoutStack } from '../rate-limit.exception.js';
+import { type ExecutionContext, IntrinsicException, ServiceUnavailableException } from '@nestjs/common';
+import type { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js';
+import { type RateLimitedPayload, RateLimitedGraphQLError, RateLimitException, withoutStack } from '../rate-limit.exception.js';
+import type { Verdict } from '../rate-limit.interfaces.js';
+import { ThrottledLogger } from '../throttled-logger.js';
+import type { RequestState } from './request-state.js';
+import { longestWait } from './verdict.js';
 
-/** What a refused WebSocket or microservice client receives: the `WsException` / `RpcException` error. */
-export interface RateLimitedPayload {
-  status: 'error';
-  code: 'RATE_LIMITED' | 'RATE_LIMIT_UNAVAILABLE';
-  message: string;
-  retryAfter: number;
+/**
+ * Refuses a request, as its transport's client understands a refusal (`refusalFor`): the headers first,
+ * then what `failureMode: 'closed'` or the request's `throwRateLimitException` hook throws.
+ */
+export class Refusals {
+  /** Microservice events refused, which no client hears of: a throttled warning per handler. */
+  private readonly dropLoggers = new Map<string, ThrottledLogger>();
+
+  constructor(
+    private readonly headers: RateLimitHeadersWriter,
+    private readonly timeoutMs: number,
+  ) {}
+
+  /** The default `throwRateLimitException` hook: the refusal of the call's transport, with the longest wait. */
+  readonly throwRateLimited = (context: ExecutionContext, verdict: Verdict): never => {
+    throw refusalFor(context, longestWait(verdict), 'RATE_LIMITED');
+  };
+
+  refuse(context: ExecutionContext, response: unknown, state: RequestState, verdict: Verdict): never {
+    if (state.kind === 'rpc' && isEventHandler(context)) this.eventDropped(state.plan.route, verdict);
+    if (verdict.source === 'closed') {
+      const retryAfter = Math.max(1, Math.ceil(this.timeoutMs / 1000));
+      this.headers.writeRetryAfter(response, retryAfter);
+      if (state.kind !== 'http') throw refusalFor(context, retryAfter, 'RATE_LIMIT_UNAVAILABLE');
+      throw new ServiceUnavailableException('Rate limiting is unavailable; try again shortly');
+    }
+    this.headers.write(response, state.policies, verdict);
+    return state.hooks.throwRateLimitException(context, verdict);
+  }
+
+  /** An event has no reply to carry its refusal: said here (at most every 10 s per handler), then dropped. */
+  private eventDropped(route: string, verdict: Verdict): void {
+    let logger = this.dropLoggers.get(route);
+    if (logger === undefined) this.dropLoggers.set(route, (logger = new ThrottledLogger('RateLimit')));
+    logger.warn(
+      verdict.source === 'closed'
+        ? `Event of ${route} dropped: rate limiting is unavailable (failureMode 'closed')`
+        : `Event of ${route} dropped: rate limited (retry after ${longestWait(verdict)} s)`,
+    );
+  }
 }
 
 type ErrorClass = new (error: object) => Error;

@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis';
-import { redisUrl } from '../../../../test/support/redis.js';
+import { redisUrl } from '../../../../../test/support/redis.js';
 import { versionTooOld } from './redis-startup.check.js';
 
 describe('the start-up check of the Redis version (the script needs PEXPIRE ... GT, Redis 7.0)', () => {

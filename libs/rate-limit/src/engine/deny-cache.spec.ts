@@ -1,5 +1,5 @@
 import { DenyCache } from './deny-cache.js';
-import type { BucketRequest } from './token-bucket.js';
+import type { BucketRequest } from '../stores/token-bucket.js';
 
 const request = (key: string, cost = 1, capacity = 10, refillPerSecond = 2): BucketRequest => ({
   key,

@@ -9,9 +9,9 @@ import {
   repair,
   shownTokens,
   storedTtlMs,
-} from '../bucket/token-bucket.js';
-import { ThrottledLogger } from '../throttled-logger.js';
-import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
+} from '../token-bucket.js';
+import { ThrottledLogger } from '../../throttled-logger.js';
+import type { BucketStore, TakeOptions, TakeResult } from '../bucket-store.interface.js';
 
 interface StoredBucket extends BucketState {
   expiresAt: number;

@@ -1,12 +1,12 @@
 import { Inject, Injectable, type OnModuleInit, type Type } from '@nestjs/common';
 import { INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
 import { DiscoveryService, MetadataScanner, ModuleRef } from '@nestjs/core';
-import { RateLimitInterceptor } from '../interceptors/rate-limit.interceptor.js';
+import { RateLimitInterceptor } from './rate-limit.interceptor.js';
 import { handlerKind } from '../policies/policy-registry.js';
 import { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
-import { loadTransportErrors } from './transport-errors.js';
+import { loadTransportErrors } from '../pipeline/refusals.js';
 
 /**
  * WebSocket and microservice handlers with a policy get `RateLimitInterceptor` on the handler itself,

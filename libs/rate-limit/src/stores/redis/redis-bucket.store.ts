@@ -1,17 +1,17 @@
 import { Logger, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import { Cluster } from 'ioredis';
-import { type BucketRequest, type PenaltyReport, penaltyCostOf } from '../bucket/token-bucket.js';
-import { CONNECT_WAIT_MS } from '../rate-limit.constants.js';
-import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
-import { diagnosticsOf, type RedisClient, type RedisDiagnostics } from './redis-connection.js';
+import { CONNECT_WAIT_MS } from '../../rate-limit.constants.js';
+import type { BucketStore, TakeOptions } from '../bucket-store.interface.js';
+import type { BucketRequest } from '../token-bucket.js';
+import { hashTag, keySlot } from './cluster-slots.js';
+import { Coalescer, type Queued } from './coalescer.js';
+import { diagnosticsOf, type RedisDiagnostics } from './redis-diagnostics.js';
+import type { RedisClient } from './redis-options.validation.js';
 import { checkAtStartup, type StartupCheckSettings } from './redis-startup.check.js';
+import { appendDecision, decodeMany, decodeOne, hasPenalty, MODE_CODE, type ScriptResult as Result } from './token-bucket.codec.js';
 import { TOKEN_BUCKET_COMMAND, TOKEN_BUCKET_LUA, type TokenBucketMode } from './token-bucket.script.js';
 
-type Result = TakeResult & PenaltyReport;
-
 type ScriptCommand = (...args: (string | number)[]) => Promise<unknown>;
-
-export { createRedisClient } from './redis-connection.js';
 
 /** How long shutdown waits for QUIT's reply before it drops the connection (a paused Redis never answers). */
 export const QUIT_WAIT_MS = 500;
@@ -27,23 +27,6 @@ async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boo
   }
 }
 
-/** The first `{...}` of a key: what Redis Cluster hashes to pick the slot. */
-function hashTag(key: string): string {
-  const open = key.indexOf('{');
-  const close = key.indexOf('}', open + 1);
-  return open >= 0 && close > open + 1 ? key.slice(open + 1, close) : key;
-}
-
-/** The Cluster slot of a hash tag: CRC16 (XMODEM: polynomial 0x1021, initial 0) of its bytes, modulo 16384. */
-export function keySlot(tag: string): number {
-  let crc = 0;
-  for (const byte of Buffer.from(tag, 'utf8')) {
-    crc ^= byte << 8;
-    for (let bit = 0; bit < 8; bit++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
-  }
-  return crc & 0x3fff;
-}
-
 /**
  * Buckets in Redis, decided by one EVALSHA of the token-bucket script per decision.
  * On a Cluster, buckets of one identity share a hash tag and are decided together; buckets of
@@ -57,12 +40,14 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   private readonly diagnostics: RedisDiagnostics | undefined;
   /** The start failed and the connection was dropped (`abandon`): nothing more to report about it. */
   private abandoned = false;
+  /** Decisions pending in the same event-loop turn share one script call; undefined when `coalesce` is off. */
+  private readonly coalescer: Coalescer | undefined;
 
   constructor(
     readonly client: RedisClient,
     private readonly owned: boolean,
-    /** Decisions pending in the same event-loop turn share one script call (see `run`). */
-    private readonly coalesce = true,
+    /** Decisions pending in the same event-loop turn share one script call (`Coalescer`). */
+    coalesce = true,
     /** The start-up check of a client the module created; undefined: none (the old wait of up to 1 s). */
     private readonly startup?: StartupCheckSettings,
   ) {
@@ -70,6 +55,13 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     this.nodeOf = client instanceof Cluster ? (key) => this.masterOf(key) : undefined;
     const command = (client as unknown as Record<string, ScriptCommand>)[TOKEN_BUCKET_COMMAND];
     this.script = command.bind(client);
+    this.coalescer = coalesce
+      ? new Coalescer(
+          (requests, mode, sent) => this.send(requests, mode, undefined, sent),
+          (queued) => this.decide(queued, undefined),
+          this.nodeOf !== undefined,
+        )
+      : undefined;
     // A client the module created reports its connection errors, throttled; a client the application
     // passed in gets no listener (adding one would hide ioredis' own report of unhandled 'error' events).
     if (owned) this.diagnostics = diagnosticsOf(client);
@@ -186,15 +178,8 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   }
 
   /**
-   * Sends one decision. With `coalesce` on, the first decision of an event-loop turn (per Cluster slot)
-   * goes out at once, alone; the ones that arrive after it in the same turn wait only for the turn to
-   * end (setImmediate, after the I/O callbacks of this turn) and then share one script call, which
-   * decides each on its own, in order, atomically per decision. Nothing ever waits for more decisions
-   * to come, so a lone request pays nothing, and each request still costs at most one round trip.
-   * A decision with a clock override (tests) always goes alone.
-   *
-   * `sent` is called when the decision's command is handed to the client: at once for a decision that
-   * goes alone, at the end of the turn for one that waited. Its deadline runs from then (`Deadlines`).
+   * Sends one decision: through the coalescer (`coalesce`), which lets the decisions of one event-loop
+   * turn share a call, or alone. A decision with a clock override (tests) always goes alone.
    */
   private run(
     requests: readonly BucketRequest[],
@@ -202,39 +187,9 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     now: number | undefined,
     sent: (() => void) | undefined,
   ): Promise<Result> {
-    if (!this.coalesce || now !== undefined) return this.send(requests, mode, now, sent);
-    const lane = this.nodeOf === undefined ? 0 : keySlot(hashTag(requests[0].key));
-    let turn = this.turn;
-    if (turn === undefined) {
-      turn = this.turn = new Map();
-      setImmediate(this.endTurn);
-    }
-    const waiting = turn.get(lane);
-    if (waiting === undefined) {
-      turn.set(lane, null);
-      return this.send(requests, mode, undefined, sent);
-    }
-    return new Promise<Result>((resolve, reject) => {
-      const decision: Queued = { requests, mode, sent, resolve, reject };
-      if (waiting === null) turn.set(lane, [decision]);
-      else waiting.push(decision);
-    });
+    if (this.coalescer === undefined || now !== undefined) return this.send(requests, mode, now, sent);
+    return this.coalescer.run(requests, mode, sent);
   }
-
-  /** Per lane (Cluster slot, or 0): null once a decision went out alone this turn, then the ones queued after it. */
-  private turn: Map<number, Queued[] | null> | undefined;
-
-  private readonly endTurn = (): void => {
-    const turn = this.turn;
-    this.turn = undefined;
-    if (turn === undefined) return;
-    for (const waiting of turn.values()) {
-      if (waiting === null) continue;
-      for (let i = 0; i < waiting.length; i += MAX_DECISIONS_PER_CALL) {
-        this.sendQueued(waiting.length <= MAX_DECISIONS_PER_CALL ? waiting : waiting.slice(i, i + MAX_DECISIONS_PER_CALL));
-      }
-    }
-  };
 
   /** One decision in a call of its own. */
   private send(
@@ -261,24 +216,6 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
       if (result instanceof Error) throw result;
       return result;
     });
-  }
-
-  /** Decisions that waited for the end of the turn: one call; each settles with its own result. */
-  private sendQueued(queued: readonly Queued[]): void {
-    if (queued.length === 1) {
-      const [{ requests, mode, sent, resolve, reject }] = queued;
-      this.send(requests, mode, undefined, sent).then(resolve, reject);
-      return;
-    }
-    this.decide(queued, undefined).then(
-      (results) =>
-        queued.forEach((decision, i) => {
-          const result = results[i];
-          if (result instanceof Error) decision.reject(result);
-          else decision.resolve(result);
-        }),
-      (error: unknown) => queued.forEach((decision) => decision.reject(error)),
-    );
   }
 
   /** One call for `decisions`, in order: per decision its result, or the script's refusal of its numbers. */
@@ -312,105 +249,4 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
       return this.script(...args);
     });
   }
-}
-
-/** At most this many decisions share one script call (a script holds Redis while it runs). */
-export const MAX_DECISIONS_PER_CALL = 64;
-
-const MODE_CODE: Record<TokenBucketMode, number> = { take: 0, peek: 1, refund: 2 };
-
-/** A decision waiting for the end of the event-loop turn. */
-interface Queued {
-  requests: readonly BucketRequest[];
-  mode: TokenBucketMode;
-  /** Starts the decision's deadline when its call is handed to the client. */
-  sent: (() => void) | undefined;
-  resolve: (result: Result) => void;
-  reject: (error: unknown) => void;
-}
-
-/** Adds one decision's header, keys and numbers to a call (see the script's header comment). */
-function appendDecision(keys: string[], argv: (string | number)[], requests: readonly BucketRequest[], mode: TokenBucketMode): void {
-  const penalty = hasPenalty(requests);
-  argv.push(requests.length * 8 + (penalty ? 4 : 0) + MODE_CODE[mode]);
-  for (const request of requests) {
-    keys.push(request.key);
-    argv.push(request.capacity, request.refillPerSecond, request.cost);
-    // Anything but absent or 0 goes to the script, which refuses a blockSeconds out of bounds.
-    if (penalty) argv.push(request.blockSeconds ?? 0, penaltyCostOf(request));
-  }
-}
-
-function hasPenalty(requests: readonly BucketRequest[]): boolean {
-  // Anything but absent or 0 goes to the script, which refuses a blockSeconds out of bounds.
-  for (const request of requests) if (request.blockSeconds !== undefined && request.blockSeconds !== 0) return true;
-  return false;
-}
-
-/** The tokens a code from the script carries (see its header comment): exact arithmetic on doubles. */
-export function decodeTokens(code: number): number {
-  const v = (code % 2 !== 0 ? code - 1 : code) / 2;
-  const biased = ((v % 128) + 128) % 128;
-  return ((v - biased) / 128) * 2 ** (biased - 64 - 45);
-}
-
-/**
- * The tokens a bucket reports from Redis when it holds `tokens`: rounded down to 45 significant bits
- * (and to a multiple of 2^-105 below 2^-61), as the script's code carries them. Written here
- * independently of the Lua, for tests and for anyone who compares the two stores.
- */
-export function reportedTokens(tokens: number): number {
-  if (tokens === 0) return 0;
-  if (!Number.isFinite(tokens)) return tokens;
-  let e = Math.floor(Math.log2(Math.abs(tokens))) + 1;
-  if (2 ** (e - 1) > Math.abs(tokens)) e -= 1;
-  else if (2 ** e <= Math.abs(tokens)) e += 1;
-  if (e < -60) e = -60;
-  return Math.floor(tokens * 2 ** (45 - e)) * 2 ** (e - 45);
-}
-
-function badCode(value: unknown): TypeError {
-  return new TypeError(`token-bucket script: expected an integer code, got ${JSON.stringify(value)}`);
-}
-
-function decodeOne(reply: unknown): Result {
-  if (typeof reply !== 'number' || !Number.isSafeInteger(reply)) throw badCode(reply);
-  return { allowed: reply % 2 !== 0, tokens: [decodeTokens(reply)] };
-}
-
-/** The array reply of a call with several buckets or decisions: one result, or the script's refusal, per decision. */
-function decodeMany(reply: unknown, decisions: readonly (readonly BucketRequest[])[]): (Result | Error)[] {
-  if (!Array.isArray(reply)) throw new TypeError(`token-bucket script: expected an array, got ${JSON.stringify(reply)}`);
-  const results: (Result | Error)[] = [];
-  let at = 0;
-  for (const requests of decisions) {
-    const first = reply[at];
-    if (typeof first === 'string') {
-      results.push(new Error(first));
-      at += 1;
-      continue;
-    }
-    const n = requests.length;
-    const tokens = new Array<number>(n);
-    for (let i = 0; i < n; i++) {
-      const code: unknown = reply[at + i];
-      if (typeof code !== 'number' || !Number.isSafeInteger(code)) throw badCode(code);
-      tokens[i] = decodeTokens(code);
-    }
-    const allowed = (first as number) % 2 !== 0;
-    at += n;
-    if (!hasPenalty(requests)) {
-      results.push({ allowed, tokens });
-      continue;
-    }
-    const penaltyMs = new Array<number>(n);
-    for (let i = 0; i < n; i++) {
-      const value = Number(reply[at + i]);
-      penaltyMs[i] = Number.isFinite(value) && value > 0 ? value : 0;
-    }
-    at += n;
-    results.push({ allowed, tokens, penaltyMs });
-  }
-  if (at !== reply.length) throw new TypeError(`token-bucket script: expected ${at} values, got ${reply.length}`);
-  return results;
 }

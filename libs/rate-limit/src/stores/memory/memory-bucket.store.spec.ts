@@ -1,4 +1,4 @@
-import type { BucketRequest } from '../bucket/token-bucket.js';
+import type { BucketRequest } from '../token-bucket.js';
 import { MemoryBucketStore } from './memory-bucket.store.js';
 
 /** capacity 2, 1 token per second: drained by one request of cost 2, full again 2 s later. */

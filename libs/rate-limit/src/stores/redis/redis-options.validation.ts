@@ -1,5 +1,5 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { nearestKey, unknownKeyOf } from '../unknown-keys.js';
+import { nearestKey, unknownKeyOf } from '../../unknown-keys.js';
 
 export type RedisClient = Redis | Cluster;
 /** What the `redis` option accepts. */

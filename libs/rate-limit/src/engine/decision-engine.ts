@@ -1,0 +1,159 @@
+import { performance } from 'node:perf_hooks';
+import type { RateLimitEvents } from '../events/rate-limit-events.js';
+import { RateLimitUnavailableError } from '../rate-limit.exception.js';
+import type { Verdict, VerdictSource } from '../rate-limit.interfaces.js';
+import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
+import type { BucketStore, TakeOptions } from '../stores/bucket-store.interface.js';
+import { type BucketRequest, mergeRepeatedKeys } from '../stores/token-bucket.js';
+import { ThrottledLogger } from '../throttled-logger.js';
+import { type Breaker, Breakers } from './breakers.js';
+import { DenyCache } from './deny-cache.js';
+import { Fallback } from './fallback.js';
+import { toVerdict } from './to-verdict.js';
+import { Deadlines, withTimeout } from './with-timeout.js';
+
+/**
+ * Decisions over a store, as resilient as one process can make them: each one within `timeoutMs`
+ * (deadlines), a denial the store gave recently repeated without asking it (deny cache), a failing node
+ * asked by one decision at a time (breakers), and `failureMode` deciding meanwhile (fallback).
+ */
+export class DecisionEngine {
+  private readonly logger = new ThrottledLogger('RateLimit');
+  private readonly fallback: Fallback;
+  private readonly breakers: Breakers;
+  /** Denials this instance can repeat without asking the store; undefined when off or the store is local. */
+  private readonly denyCache: DenyCache | undefined;
+  /** The timeout of every decision, one timer for all of them. */
+  private readonly deadlines: Deadlines;
+
+  constructor(
+    private readonly store: BucketStore,
+    private readonly options: ResolvedRateLimitOptions,
+    private readonly events: RateLimitEvents,
+  ) {
+    // A reset is remembered longer than any answer can be on its way (they come within timeoutMs, or are dropped).
+    this.denyCache =
+      options.denyCache && store.remote ? new DenyCache(undefined, undefined, Math.max(60_000, 2 * options.timeoutMs)) : undefined;
+    this.fallback = new Fallback(options);
+    this.breakers = new Breakers(store, options.failureMode, this.fallback, this.logger);
+    this.deadlines = new Deadlines(options.timeoutMs);
+  }
+
+  /** True while the store keeps failing (a breaker is open). */
+  get storeFailing(): boolean {
+    return this.breakers.failing;
+  }
+
+  /**
+   * One atomic decision over `requests`, never waiting longer than `timeoutMs` for a remote store.
+   * A request the store would deny for sure (`denyCache`) is denied without asking it. When the store fails, `failureMode` decides. Once it has failed several times in a row, one
+   * decision at a time asks it (the probe) and the others follow `failureMode` at once: a hung Redis
+   * costs one request per `timeoutMs` a wait instead of every request, and no pile of stale commands
+   * builds up for it. A single slow reply does not trip this. The first call that succeeds ends the
+   * outage; no timer, no restart.
+   */
+  async decide(requests: readonly BucketRequest[], dryRun = false): Promise<Verdict> {
+    // A key named twice (consumeAll, or stacked policies that meet on one identity at run time) is one
+    // bucket: decided once for the summed cost, and its decision reported for each request.
+    const merged = mergeRepeatedKeys(requests);
+    if (merged === undefined) return this.decideDistinct(requests, dryRun);
+    const verdict = await this.decideDistinct(merged.requests, dryRun);
+    return { ...verdict, decisions: merged.positions.map((j) => ({ ...verdict.decisions[j] })) };
+  }
+
+  private async decideDistinct(requests: readonly BucketRequest[], dryRun: boolean): Promise<Verdict> {
+    const cache = dryRun ? undefined : this.denyCache;
+    const sentAt = cache === undefined ? 0 : cache.now();
+    const denied = cache?.deny(requests, sentAt);
+    if (denied !== undefined) return toVerdict(requests, { allowed: false, tokens: denied }, 'cache');
+    const options: TakeOptions | undefined = dryRun ? { dryRun } : undefined;
+    // Healthy, nothing to look up; else the breakers of this decision's nodes: one open and probed already
+    // sends it to failureMode, one open and not probed makes it the probe.
+    let probes: Breaker[] | undefined;
+    if (this.breakers.open.size > 0) {
+      const found = this.breakers.probesFor(requests);
+      if (found === 'fallback') return this.fallback.decide(requests, options);
+      probes = found;
+    }
+    const timed = this.events.storeWatched;
+    // The store's latency, like its deadline, runs from the write: a decision that waited for the turn's
+    // shared call did not wait for Redis meanwhile (a call refused before any write counts from here).
+    let started = timed ? performance.now() : 0;
+    try {
+      const result = this.store.remote
+        ? await this.deadlines.raceSent((sent) =>
+            this.store.take(requests, {
+              dryRun,
+              sent: timed
+                ? () => {
+                    started = performance.now();
+                    sent();
+                  }
+                : sent,
+            }),
+          )
+        : await this.store.take(requests, options);
+      if (timed) this.events.storeCall({ durationMs: performance.now() - started, outcome: 'ok' });
+      if (this.breakers.open.size > 0) this.breakers.recovered(requests);
+      cache?.learn(requests, result, sentAt);
+      return toVerdict(requests, result, 'store');
+    } catch (error) {
+      if (timed) this.events.storeCall({ durationMs: performance.now() - started, outcome: 'error' });
+      this.breakers.failed(error, requests);
+      return this.fallback.decide(requests, options);
+    } finally {
+      probes?.forEach((probe) => (probe.probing = false));
+    }
+  }
+
+  /**
+   * Gives back what an allowed decision of `source` took, capped at capacity: the store's buckets, or the
+   * in-process ones of `failureMode: 'local'`; nothing was taken in `'open'` mode. Answers the tokens
+   * after the refund, or undefined when there was nothing to give back or the store failed (then the
+   * tokens come back by refilling). Never waits longer than `timeoutMs`.
+   */
+  async giveBack(requests: readonly BucketRequest[], source: VerdictSource): Promise<number[] | undefined> {
+    const merged = mergeRepeatedKeys(requests);
+    if (merged === undefined) return this.refundDistinct(requests, source);
+    const tokens = await this.refundDistinct(merged.requests, source);
+    return tokens === undefined ? undefined : merged.positions.map((j) => tokens[j]);
+  }
+
+  private async refundDistinct(requests: readonly BucketRequest[], source: VerdictSource): Promise<number[] | undefined> {
+    if (source === 'local') return this.fallback.local.takeSync(requests, { refund: true }).tokens;
+    if (source !== 'store') return undefined;
+    // Forgotten before and after: a denial learned from a request the store decided before the refund is stale.
+    for (const request of requests) this.denyCache?.forget(request.key);
+    try {
+      const { tokens } = await (this.store.remote
+        ? this.deadlines.raceSent((sent) => this.store.take(requests, { refund: true, sent }))
+        : this.store.take(requests, { refund: true }));
+      for (const request of requests) this.denyCache?.forget(request.key);
+      return tokens;
+    } catch (error) {
+      this.breakers.failed(error, requests);
+      return undefined;
+    }
+  }
+
+  /**
+   * Deletes one bucket: this instance's deny-cache entry and local bucket, then the store's key. Rejects
+   * with `RateLimitUnavailableError` (its cause the store's error) when the store fails or times out.
+   *
+   * The reset wins over answers still on their way: the deny cache forgets the bucket at once, and again
+   * when the store has deleted it, so that no answer to a request sent before then (which Redis may have
+   * decided before the delete) is learned afterwards.
+   */
+  async deleteBucket(key: string): Promise<void> {
+    const keys = [key];
+    this.denyCache?.forget(key);
+    await this.fallback.local.delete(keys);
+    try {
+      const deleted = this.store.delete(keys);
+      await (this.store.remote ? withTimeout(deleted, this.options.timeoutMs) : deleted);
+    } catch (error) {
+      throw new RateLimitUnavailableError(error);
+    }
+    this.denyCache?.forget(key);
+  }
+}

@@ -1,0 +1,54 @@
+import type { FailureMode, ResolvedRateLimitOptions } from '../rate-limit.options.js';
+import type { Verdict } from '../rate-limit.interfaces.js';
+import type { TakeOptions } from '../stores/bucket-store.interface.js';
+import { localStoreOptions, MemoryBucketStore } from '../stores/memory/memory-bucket.store.js';
+import { type BucketRequest, toDecision } from '../stores/token-bucket.js';
+import { toVerdict } from './to-verdict.js';
+
+/** What a request gets while the store fails, per `failureMode`, for the log. */
+const FAILURE_EFFECT: Record<FailureMode, string> = {
+  open: 'requests are allowed without a limit',
+  closed: 'requests are refused (503)',
+  local: 'requests are limited by in-process buckets',
+};
+
+/** The verdicts `failureMode` gives while the store cannot decide, and the in-process buckets of `'local'`. */
+export class Fallback {
+  /** The buckets of `failureMode: 'local'`, emptied when the store answers again. */
+  readonly local: MemoryBucketStore;
+  /** Decisions `failureMode` made in the current outage, for the recovery log line. */
+  private degraded = 0;
+
+  constructor(private readonly options: ResolvedRateLimitOptions) {
+    this.local = new MemoryBucketStore(localStoreOptions(options, "failureMode: 'local'"));
+  }
+
+  /** What requests get while the store fails, for the log. */
+  get effect(): string {
+    return FAILURE_EFFECT[this.options.failureMode];
+  }
+
+  /** The verdict `failureMode` gives while the store cannot decide. */
+  decide(requests: readonly BucketRequest[], options: TakeOptions | undefined): Verdict {
+    this.degraded++;
+    const source = this.options.failureMode;
+    if (source === 'local') return toVerdict(requests, this.local.takeSync(requests, options), 'local');
+    const allowed = source === 'open';
+    return {
+      allowed,
+      source,
+      decisions: requests.map((r) => toDecision(r, allowed ? r.capacity - r.cost : 0, r.cost, allowed)),
+    };
+  }
+
+  /**
+   * The store answers again: its buckets are the truth again, and the outage's in-process ones would
+   * be stale at the next outage. Answers how many decisions `failureMode` made meanwhile.
+   */
+  recovered(): number {
+    this.local.clear();
+    const degraded = this.degraded;
+    this.degraded = 0;
+    return degraded;
+  }
+}

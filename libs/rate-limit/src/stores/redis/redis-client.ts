@@ -1,0 +1,50 @@
+import { Redis, type RedisOptions } from 'ioredis';
+import { diagnosticsOf, isReadOnlyError, type RedisDiagnostics } from './redis-diagnostics.js';
+import { checkRedisOption, isRedisClient, type RedisClient } from './redis-options.validation.js';
+
+/**
+ * ioredis' `reconnectOnError`: a READONLY reply means the server the client talks to was demoted to a
+ * replica (a failover). Answer 1: drop the connection and reconnect, so that the address (a DNS name, a
+ * proxy, the sentinels) can lead to the new master. Never 2 (reconnect and resend the failed command):
+ * that decision was already answered by `failureMode`, and resending it later would take tokens for a
+ * request long gone. Other errors are left to the application's own `reconnectOnError`, whose "resend"
+ * is downgraded to "reconnect" for the same reason.
+ */
+export function reconnectOnReadOnly(
+  diagnostics: () => RedisDiagnostics | undefined,
+  own?: RedisOptions['reconnectOnError'],
+): (error: Error) => boolean | 1 | 2 {
+  return (error) => {
+    if (isReadOnlyError(error)) {
+      diagnostics()?.readOnly(error);
+      return 1;
+    }
+    const answer = own ? own(error) : false;
+    return answer === 2 ? 1 : answer;
+  };
+}
+
+/**
+ * Checks the `redis` option, then builds the client for a URL or options, or takes the caller's client
+ * as it is (no listener, no option changed: the application owns it).
+ */
+export function createRedisClient(redis: unknown): { client: RedisClient; owned: boolean } {
+  const option = checkRedisOption(redis);
+  if (isRedisClient(option)) return { client: option, owned: false };
+  let client: Redis | undefined;
+  const own = typeof option === 'string' ? undefined : option.reconnectOnError;
+  // A dead Redis must fail a decision at once, not queue it and replay it minutes later: no offline
+  // queue, and commands in flight when the connection drops are failed, not resent after a reconnect.
+  const failFast: RedisOptions = {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    disconnectTimeout: 100,
+    reconnectOnError: reconnectOnReadOnly(() => (client ? diagnosticsOf(client) : undefined), own),
+    // The socket opens in onModuleInit: an application that fails to compile leaves no connection behind.
+    lazyConnect: true,
+  };
+  client = typeof option === 'string' ? new Redis(option, failFast) : new Redis({ ...option, ...failFast });
+  diagnosticsOf(client);
+  return { client, owned: true };
+}
