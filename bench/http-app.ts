@@ -266,9 +266,7 @@ function appModule(variant: HttpVariant, prefix: string): DynamicModule {
     case 'ours-no-deny-cache':
       return {
         module: BenchAppModule,
-        imports: [
-          RateLimitModule.forRoot({ redis: REDIS_URL, keyPrefix: prefix, denyCache: variant === 'ours' }),
-        ],
+        imports: [RateLimitModule.forRoot({ redis: REDIS_URL, keyPrefix: prefix, denyCache: variant === 'ours' })],
         controllers: [OursController],
       };
     case 'nestjs-throttler':
