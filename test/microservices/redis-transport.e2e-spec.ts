@@ -38,10 +38,9 @@ class RedisHandlers {
     return 'ok';
   }
 
-  // A `string` topic makes EventPattern type the payload as `{}` (its typed-topic overload).
   @EventPattern(AUDIT)
   @RateLimit(2, 0.01)
-  audit(@Payload() n: {}) {
+  audit(@Payload() n: unknown) {
     note('audit', n);
   }
 }

@@ -234,7 +234,8 @@ export function describeConsumer(fixture: ConsumerFixture): void {
     if (own)
       it(`runs the app's own ${own?.runner} e2e tests (\`npm run ${own?.script}\`) against the installed package`, async () => {
         const result = await run('npm', ['run', own!.script], consumer!.dir, { REDIS_URL: redis, RATE_LIMIT_PREFIX: prefix });
-        // Without the runner's colours.
+        // Without the runner's colours (ANSI SGR sequences start with the ESC control character).
+        // eslint-disable-next-line no-control-regex -- matching ESC is the point
         const output = (result.stdout + result.stderr).replace(/\x1b\[[0-9;]*m/g, '');
         expect([result.code, own!.passed.test(output) ? 'passed' : output]).toEqual([0, 'passed']);
       }, 120_000);
