@@ -14,7 +14,10 @@
  */
 const SRC = '^libs/rate-limit/src/';
 const LAYERS = [
-  ['ground', `${SRC}(keys|events)/|${SRC}(rate-limit\\.(constants|interfaces|exception|options|module-definition)|throttled-logger|unknown-keys)\\.ts$`],
+  [
+    'ground',
+    `${SRC}(keys|events)/|${SRC}(rate-limit\\.(constants|interfaces|exception|options|module-definition)|throttled-logger|unknown-keys)\\.ts$`,
+  ],
   ['stores', `${SRC}stores/`],
   ['engine', `${SRC}engine/`],
   ['bucket', `${SRC}bucket/`],
@@ -32,16 +35,23 @@ const LAYERED = LAYERS.map(([, path]) => `(${path})`).join('|');
 const OPTION_TYPES = `${SRC}rate-limit\\.options\\.ts$`;
 
 const upward = LAYERS.slice(0, -1).flatMap(([name, path], i) => {
-  const above = LAYERS.slice(i + 1).map(([, higher]) => `(${higher})`).join('|');
+  const above = LAYERS.slice(i + 1)
+    .map(([, higher]) => `(${higher})`)
+    .join('|');
   const rule = {
     name: `no-upward-from-${name}`,
-    comment: `${name} imports only the layers below it (${LAYERS.slice(i + 1).map(([higher]) => higher).join(', ')} are above)`,
+    comment: `${name} imports only the layers below it (${LAYERS.slice(i + 1)
+      .map(([higher]) => higher)
+      .join(', ')} are above)`,
     severity: 'error',
     from: { path, pathNot: `\\.spec\\.ts$|${OPTION_TYPES}` },
     to: { path: above },
   };
   if (name !== 'ground') return [rule];
-  return [rule, { ...rule, name: 'no-upward-from-option-types', from: { path: OPTION_TYPES }, to: { path: above, dependencyTypesNot: ['type-only'] } }];
+  return [
+    rule,
+    { ...rule, name: 'no-upward-from-option-types', from: { path: OPTION_TYPES }, to: { path: above, dependencyTypesNot: ['type-only'] } },
+  ];
 });
 
 module.exports = {

@@ -56,7 +56,11 @@ export default {
   testTimeout: common.testTimeout,
   maxWorkers: 2,
   projects: [
-    { ...common, displayName: 'fast', testPathIgnorePatterns: ['/node_modules/', FIXTURES, ...TIMING.map((p) => `<rootDir>/${escape(p)}`)] },
+    {
+      ...common,
+      displayName: 'fast',
+      testPathIgnorePatterns: ['/node_modules/', FIXTURES, ...TIMING.map((p) => `<rootDir>/${escape(p)}`)],
+    },
     {
       ...common,
       displayName: 'timing',

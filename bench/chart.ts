@@ -1,7 +1,16 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import type { BenchResults, DecisionSummary, PromiseResult } from './results.js';
-import { DECISION_PEERS, HTTP_FLOORS, HTTP_PATHS, HTTP_PEERS, type HttpPath, type LimiterName, type PromiseLimiter, SHORT_LABELS } from './settings.js';
+import {
+  DECISION_PEERS,
+  HTTP_FLOORS,
+  HTTP_PATHS,
+  HTTP_PEERS,
+  type HttpPath,
+  type LimiterName,
+  type PromiseLimiter,
+  SHORT_LABELS,
+} from './settings.js';
 import type { Spread } from './stats.js';
 import { GOALS } from './targets.js';
 
@@ -59,7 +68,15 @@ function spreadText(s: Spread, digits = 0): string {
  * A titled block of horizontal bars on the scale [lo, hi] (bars start at 0), whiskers, ticks and
  * labelled vertical lines; returns the SVG and its height.
  */
-function panel(y: number, title: string, subtitle: string, rows: Row[], lo: number, hi: number, lines: Line[] = []): { svg: string; height: number } {
+function panel(
+  y: number,
+  title: string,
+  subtitle: string,
+  rows: Row[],
+  lo: number,
+  hi: number,
+  lines: Line[] = [],
+): { svg: string; height: number } {
   const parts: string[] = [];
   parts.push(`<text x="20" y="${y + 18}" class="title">${escape(title)}</text>`);
   parts.push(`<text x="20" y="${y + 35}" class="sub">${escape(subtitle)}</text>`);
@@ -73,7 +90,9 @@ function panel(y: number, title: string, subtitle: string, rows: Row[], lo: numb
     parts.push(`<text x="${x0 - 8}" y="${ry + 14}" class="label" text-anchor="end">${escape(row.label)}</text>`);
     if (Number.isFinite(row.value)) {
       const x = xOf(row.value);
-      parts.push(`<rect x="${Math.min(zero, x).toFixed(1)}" y="${ry + 4}" width="${Math.abs(x - zero).toFixed(1)}" height="${ROW - 9}" fill="${row.color}" rx="2"/>`);
+      parts.push(
+        `<rect x="${Math.min(zero, x).toFixed(1)}" y="${ry + 4}" width="${Math.abs(x - zero).toFixed(1)}" height="${ROW - 9}" fill="${row.color}" rx="2"/>`,
+      );
     }
     if (row.spread && row.spread.n > 1 && Number.isFinite(row.spread.min)) {
       const a = xOf(row.spread.min).toFixed(1);
@@ -94,9 +113,13 @@ function panel(y: number, title: string, subtitle: string, rows: Row[], lo: numb
     const lx = xOf(line.at);
     const dash = line.style === 'dotted' ? '1 3' : '5 3';
     const ly = top - 4 - (shown.length - 1 - i) * LINE_LABEL;
-    parts.push(`<line x1="${lx.toFixed(1)}" x2="${lx.toFixed(1)}" y1="${ly + 2}" y2="${bottom}" stroke="#cf222e" stroke-dasharray="${dash}" stroke-width="1.3"/>`);
+    parts.push(
+      `<line x1="${lx.toFixed(1)}" x2="${lx.toFixed(1)}" y1="${ly + 2}" y2="${bottom}" stroke="#cf222e" stroke-dasharray="${dash}" stroke-width="1.3"/>`,
+    );
     const anchor = lx > x0 + BAR_AREA * 0.6 ? 'end' : 'start';
-    parts.push(`<text x="${(lx + (anchor === 'end' ? -4 : 4)).toFixed(1)}" y="${ly}" class="target" text-anchor="${anchor}">${escape(line.label)}</text>`);
+    parts.push(
+      `<text x="${(lx + (anchor === 'end' ? -4 : 4)).toFixed(1)}" y="${ly}" class="target" text-anchor="${anchor}">${escape(line.label)}</text>`,
+    );
   });
   return { svg: parts.join('\n'), height: bottom - y + 6 };
 }
@@ -172,7 +195,17 @@ export function renderChart(results: BenchResults): string {
   if (p99Rows.length > 0) {
     const lines: Line[] = [{ at: GOALS.p99AddedMs, label: `target for ours: ≤ ${GOALS.p99AddedMs} ms` }];
     const lo = Math.min(0, ...p99Rows.map((r) => r.spread?.min ?? r.value).filter(Number.isFinite)) * 1.08;
-    add(panel(y, `p99 latency added over no limiter, ms (${s.connections} connections; lower is better)`, 'per round: the variant\'s p99 minus the same round\'s no-limiter p99', p99Rows, lo, upper(p99Rows, lines), lines));
+    add(
+      panel(
+        y,
+        `p99 latency added over no limiter, ms (${s.connections} connections; lower is better)`,
+        "per round: the variant's p99 minus the same round's no-limiter p99",
+        p99Rows,
+        lo,
+        upper(p99Rows, lines),
+        lines,
+      ),
+    );
   }
 
   const decisions = Object.entries(results.decisions.summary) as [LimiterName, DecisionSummary][];
@@ -188,10 +221,23 @@ export function renderChart(results: BenchResults): string {
       color: colorOf(name),
     }));
     const rateLines: Line[] = [
-      { at: GOALS.decisionsToReference * (d.reference?.decisionsPerSecond.median ?? NaN), label: `target: ${GOALS.decisionsToReference} × the reference script` },
+      {
+        at: GOALS.decisionsToReference * (d.reference?.decisionsPerSecond.median ?? NaN),
+        label: `target: ${GOALS.decisionsToReference} × the reference script`,
+      },
       { at: bestPeerOf((x) => x.decisionsPerSecond.median), label: 'target: the best peer' },
     ];
-    add(panel(y, `Decisions per second from one process (${s.inFlight} in flight; higher is better)`, `BucketService.consume and the peers' calls over ${num(s.decisionKeys)} keys, ${s.decisionRounds} interleaved rounds`, rateRows, 0, upper(rateRows, rateLines), rateLines));
+    add(
+      panel(
+        y,
+        `Decisions per second from one process (${s.inFlight} in flight; higher is better)`,
+        `BucketService.consume and the peers' calls over ${num(s.decisionKeys)} keys, ${s.decisionRounds} interleaved rounds`,
+        rateRows,
+        0,
+        upper(rateRows, rateLines),
+        rateLines,
+      ),
+    );
 
     const cpuRows = decisions.map(([name, x]) => ({
       label: SHORT_LABELS[name],
@@ -200,8 +246,23 @@ export function renderChart(results: BenchResults): string {
       text: `${spreadText(x.decisionsPerCpuSecond)} · ${num(x.redisCpuUsPerDecision.median, 2)} µs each`,
       color: colorOf(name),
     }));
-    const cpuLines: Line[] = [{ at: GOALS.cpuEfficiencyToBestPeer * bestPeerOf((x) => x.decisionsPerCpuSecond.median), label: `target: ${GOALS.cpuEfficiencyToBestPeer} × the best peer` }];
-    add(panel(y, `Decisions per Redis CPU second (INFO cpu, ${s.inFlight} in flight; higher is better)`, 'how many decisions one fully busy Redis core makes per second', cpuRows, 0, upper(cpuRows, cpuLines), cpuLines));
+    const cpuLines: Line[] = [
+      {
+        at: GOALS.cpuEfficiencyToBestPeer * bestPeerOf((x) => x.decisionsPerCpuSecond.median),
+        label: `target: ${GOALS.cpuEfficiencyToBestPeer} × the best peer`,
+      },
+    ];
+    add(
+      panel(
+        y,
+        `Decisions per Redis CPU second (INFO cpu, ${s.inFlight} in flight; higher is better)`,
+        'how many decisions one fully busy Redis core makes per second',
+        cpuRows,
+        0,
+        upper(cpuRows, cpuLines),
+        cpuLines,
+      ),
+    );
 
     // Per decision: usec_per_call × calls per decision (the same as usec_per_call with one bucket per call),
     // so that ours with coalescing (several buckets per call) sits on the same scale.
@@ -212,8 +273,23 @@ export function renderChart(results: BenchResults): string {
       text: `${spreadText(x.scriptUsecPerDecision, 2)} µs · usec_per_call ${num(x.scriptUsecPerCall.median, 2)} (${x.scriptCommand}), ${num(x.scriptCallsPerDecision.median, 3)} calls per decision`,
       color: colorOf(name),
     }));
-    const scriptLines: Line[] = [{ at: GOALS.scriptCostRatio * (d.reference?.scriptUsecPerCall.median ?? NaN), label: `target for one key per call (coalesce: false): ≤ ${GOALS.scriptCostRatio} × the reference script` }];
-    add(panel(y, 'Script cost per decision: INFO commandstats µs of the script command (lower is better)', 'usec_per_call × calls per decision; with one bucket per call it is usec_per_call itself', scriptRows, 0, upper(scriptRows, scriptLines), scriptLines));
+    const scriptLines: Line[] = [
+      {
+        at: GOALS.scriptCostRatio * (d.reference?.scriptUsecPerCall.median ?? NaN),
+        label: `target for one key per call (coalesce: false): ≤ ${GOALS.scriptCostRatio} × the reference script`,
+      },
+    ];
+    add(
+      panel(
+        y,
+        'Script cost per decision: INFO commandstats µs of the script command (lower is better)',
+        'usec_per_call × calls per decision; with one bucket per call it is usec_per_call itself',
+        scriptRows,
+        0,
+        upper(scriptRows, scriptLines),
+        scriptLines,
+      ),
+    );
 
     const memRows = decisions.map(([name, x]) => ({
       label: SHORT_LABELS[name],
@@ -222,7 +298,17 @@ export function renderChart(results: BenchResults): string {
       color: colorOf(name),
     }));
     const memLines: Line[] = [{ at: GOALS.bytesPerIdleBucket, label: `target for ours: ≤ ${GOALS.bytesPerIdleBucket} B` }];
-    add(panel(y, 'Redis memory per idle bucket (MEMORY USAGE; lower is better)', `${num(s.memoryBuckets)} buckets, one decision each`, memRows, 0, upper(memRows, memLines), memLines));
+    add(
+      panel(
+        y,
+        'Redis memory per idle bucket (MEMORY USAGE; lower is better)',
+        `${num(s.memoryBuckets)} buckets, one decision each`,
+        memRows,
+        0,
+        upper(memRows, memLines),
+        memLines,
+      ),
+    );
   }
 
   const promiseRows: Row[] = [];

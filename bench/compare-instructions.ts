@@ -77,11 +77,14 @@ function measure(side: string): InstructionsResult {
 
 function main(): void {
   const [baselineSide, candidateSide = '.'] = process.argv.slice(2);
-  if (!baselineSide) throw new Error('usage: compare-instructions.js <baseline: . | commit | package dir | instructions json> [<candidate>, default .]');
+  if (!baselineSide)
+    throw new Error('usage: compare-instructions.js <baseline: . | commit | package dir | instructions json> [<candidate>, default .]');
   const baseline = measure(baselineSide);
   const candidate = measure(candidateSide);
   console.log('');
-  console.log(`baseline ${baseline.code}  vs  candidate ${candidate.code} (instructions per request, median of ${candidate.settings.repeats})`);
+  console.log(
+    `baseline ${baseline.code}  vs  candidate ${candidate.code} (instructions per request, median of ${candidate.settings.repeats})`,
+  );
   console.log('| path | variant | baseline | candidate | change | spread b / c |');
   console.log('|---|---|---:|---:|---:|---:|');
   let over = false;
@@ -95,7 +98,9 @@ function main(): void {
       `| /${c.path} | ${c.variant} | ${fmt(b.median)} | ${fmt(c.median)} | ${change >= 0 ? '+' : ''}${change.toFixed(2)} % | ${b.spreadPercent.toFixed(2)} % / ${c.spreadPercent.toFixed(2)} % |`,
     );
   }
-  console.log(over ? `ours is more than +${LIMIT} % above the baseline on a path` : `ours is within +${LIMIT} % of the baseline on every path`);
+  console.log(
+    over ? `ours is more than +${LIMIT} % above the baseline on a path` : `ours is within +${LIMIT} % of the baseline on every path`,
+  );
   if (over) process.exitCode = 1;
 }
 

@@ -107,7 +107,9 @@ export async function decisionsStep(redis: Redis, runPrefix: string, sharedRedis
     }
     const floor = inRound.find((run) => run.limiter === DECISION_FLOOR)?.decisionsPerSecond ?? Number.NaN;
     for (const run of inRound) run.ratioToReference = round(run.decisionsPerSecond / floor, 4);
-    console.log(`         round ${r + 1} ratios to the reference script: ${inRound.map((run) => `${run.limiter} ${run.ratioToReference.toFixed(3)}`).join(', ')}`);
+    console.log(
+      `         round ${r + 1} ratios to the reference script: ${inRound.map((run) => `${run.limiter} ${run.ratioToReference.toFixed(3)}`).join(', ')}`,
+    );
   }
 
   const t1 = Date.now();
@@ -123,7 +125,9 @@ export async function decisionsStep(redis: Redis, runPrefix: string, sharedRedis
   }
   progress(
     'memory',
-    `idle buckets: ${Object.entries(memory).map(([n, m]) => `${n} ${fmt(m.bytes / SETTINGS.memoryBuckets)} B in ${(m.keys / SETTINGS.memoryBuckets).toFixed(1)} key(s)`).join(', ')}`,
+    `idle buckets: ${Object.entries(memory)
+      .map(([n, m]) => `${n} ${fmt(m.bytes / SETTINGS.memoryBuckets)} B in ${(m.keys / SETTINGS.memoryBuckets).toFixed(1)} key(s)`)
+      .join(', ')}`,
     Date.now() - t1,
     2,
   );
@@ -139,7 +143,11 @@ export async function decisionsStep(redis: Redis, runPrefix: string, sharedRedis
   for (const name of LIMITERS) {
     const mine = runs.filter((run) => run.limiter === name);
     if (mine.length === 0) continue;
-    const of = (field: keyof DecisionRun, digits: number) => spreadOf(mine.map((run) => run[field] as number), digits);
+    const of = (field: keyof DecisionRun, digits: number) =>
+      spreadOf(
+        mine.map((run) => run[field] as number),
+        digits,
+      );
     const s: DecisionSummary = {
       decisionsPerSecond: of('decisionsPerSecond', 0),
       ratioToReference: of('ratioToReference', 3),

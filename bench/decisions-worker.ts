@@ -77,9 +77,7 @@ async function main(): Promise<void> {
           break;
         case 'memory':
           for (let i = 0; i < message.count; i += 100) {
-            await Promise.all(
-              Array.from({ length: Math.min(100, message.count - i) }, (_, j) => memoryLimiter.consume(`idle${i + j}`)),
-            );
+            await Promise.all(Array.from({ length: Math.min(100, message.count - i) }, (_, j) => memoryLimiter.consume(`idle${i + j}`)));
           }
           send({ done: true });
           break;

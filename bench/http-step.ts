@@ -60,7 +60,8 @@ async function checkApp(app: App, redis: Redis, keyPattern: string): Promise<str
     return 'no limit, no keys';
   }
   if (app.variant === 'throw-only' || app.variant === 'throw-later') {
-    if (denied !== statuses.length || keys.length !== 0) throw new Error(`${app.variant}: statuses ${statuses.join(',')}, ${keys.length} keys`);
+    if (denied !== statuses.length || keys.length !== 0)
+      throw new Error(`${app.variant}: statuses ${statuses.join(',')}, ${keys.length} keys`);
     return `every /denied refused, no keys`;
   }
   if (denied === 0 || keys.length === 0) {
@@ -107,7 +108,13 @@ export async function httpStep(redis: Redis, runPrefix: string, root: string): P
   for (const variant of variants) apps.set(variant, await startApp(variant, prefixOf(variant), root));
   const checks: Record<string, string> = {};
   for (const app of apps.values()) checks[app.variant] = await checkApp(app, redis, `${prefixOf(app.variant)}*`);
-  progress('http', `started ${apps.size} apps; checks: ${Object.entries(checks).map(([v, c]) => `${v}: ${c}`).join('; ')}`, Date.now() - t0);
+  progress(
+    'http',
+    `started ${apps.size} apps; checks: ${Object.entries(checks)
+      .map(([v, c]) => `${v}: ${c}`)
+      .join('; ')}`,
+    Date.now() - t0,
+  );
 
   const runs: HttpRun[] = [];
   const perRun = SETTINGS.httpWarmupSeconds + SETTINGS.httpSeconds + 0.3;
@@ -118,7 +125,8 @@ export async function httpStep(redis: Redis, runPrefix: string, root: string): P
       for (const variant of rotate(HTTP_PATHS[path], r)) {
         const t = Date.now();
         const url = `${apps.get(variant)!.url}/${path}`;
-        if (SETTINGS.httpWarmupSeconds > 0) await autocannon({ url, connections: SETTINGS.connections, duration: SETTINGS.httpWarmupSeconds });
+        if (SETTINGS.httpWarmupSeconds > 0)
+          await autocannon({ url, connections: SETTINGS.connections, duration: SETTINGS.httpWarmupSeconds });
         const app = apps.get(variant)!.child;
         const appCpu0 = processCpuSeconds(app.pid);
         const redisCpu0 = await redisCpuSeconds(redis);
@@ -175,7 +183,11 @@ function summarize(runs: readonly HttpRun[]): BenchResults['http']['summary'] {
     for (const variant of HTTP_PATHS[path]) {
       const mine = runs.filter((run) => run.path === path && run.variant === variant);
       if (mine.length === 0) continue;
-      const of = (field: keyof HttpRun, digits: number) => spreadOf(mine.map((run) => run[field] as number), digits);
+      const of = (field: keyof HttpRun, digits: number) =>
+        spreadOf(
+          mine.map((run) => run[field] as number),
+          digits,
+        );
       const answered = mine.reduce((n, run) => n + run.status2xx + run.statusNon2xx, 0);
       const s: HttpSummary = {
         requestsPerSecond: of('requestsPerSecond', 0),

@@ -133,7 +133,8 @@ function request(agent: Agent, port: number, path: string): Promise<number> {
 async function requests(agent: Agent, port: number, path: string, count: number, status?: number): Promise<void> {
   for (let i = 0; i < count; i++) {
     const got = await request(agent, port, path);
-    if (status !== undefined && got !== status) throw new Error(`GET ${path}: status ${got}, expected ${status} for every measured request`);
+    if (status !== undefined && got !== status)
+      throw new Error(`GET ${path}: status ${got}, expected ${status} for every measured request`);
   }
 }
 

@@ -89,7 +89,14 @@ export async function promiseStep(runPrefix: string): Promise<BenchResults['prom
     const t = Date.now();
     const prefix = limiterPrefix(`${runPrefix}promise:`, name);
     const workers = Array.from({ length: SETTINGS.promiseProcesses }, (_, i) =>
-      forkWorker('promise-worker.js', [name, prefix, 'one-key', String(i), String(SETTINGS.promiseInFlight), String(SETTINGS.promiseSeconds)]),
+      forkWorker('promise-worker.js', [
+        name,
+        prefix,
+        'one-key',
+        String(i),
+        String(SETTINGS.promiseInFlight),
+        String(SETTINGS.promiseSeconds),
+      ]),
     );
     await Promise.all(workers.map((w) => nextMessage(w, `${name} promise worker ready`)));
     const replies = workers.map((w) => nextMessage<PromiseReply>(w, `${name} promise result`, 60_000));

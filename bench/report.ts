@@ -67,7 +67,7 @@ export function renderReport(results: BenchResults, chartFile: string): string {
   lines.push(
     'How a verdict is reached: each ratio (or difference) is taken inside each round, between runs made minutes apart at most ' +
       'and interleaved in rotated order, so slow phases of the shared machine hit both sides. The goal is **met** when every round ' +
-      'meets it (the whole min–max spread lies on the goal\'s side), **missed** when every round misses it, and **within noise** ' +
+      "meets it (the whole min–max spread lies on the goal's side), **missed** when every round misses it, and **within noise** " +
       'when the rounds disagree: then the difference from the goal is not larger than the spread, and the rounds cannot tell. For "no added p50" within noise means no measurable addition. ' +
       'Memory and the promise are one measurement each (byte counts and hard bounds do not vary by round), so there any difference counts. ' +
       '"Peers" are the other libraries (rate-limiter-flexible, @nestjs/throttler); the floors (reference script, minimal guard, throw-only ' +
@@ -104,7 +104,19 @@ export function renderReport(results: BenchResults, chartFile: string): string {
   }
   lines.push(
     ...table(
-      ['path', 'variant', 'req/s', 'ratio to no limiter', `ratio to the path's floor (${Object.values(HTTP_FLOORS).join(' / ')})`, 'p50 ms', 'p99 ms', 'p99 added ms', '2xx share', 'app CPU µs/req', 'Redis CPU µs/req'],
+      [
+        'path',
+        'variant',
+        'req/s',
+        'ratio to no limiter',
+        `ratio to the path's floor (${Object.values(HTTP_FLOORS).join(' / ')})`,
+        'p50 ms',
+        'p99 ms',
+        'p99 added ms',
+        '2xx share',
+        'app CPU µs/req',
+        'Redis CPU µs/req',
+      ],
       ['---', '---', '---:', '---:', '---:', '---:', '---:', '---:', '---:', '---:', '---:'],
       httpRows,
     ),
@@ -135,7 +147,20 @@ export function renderReport(results: BenchResults, chartFile: string): string {
   ]);
   lines.push(
     ...table(
-      ['limiter', 'decisions/s', 'ratio to reference script', 'Redis CPU µs / decision', 'decisions per Redis CPU second', 'script command', 'usec_per_call', 'calls / decision', 'script µs / decision', 'lone call p50 / p99 µs', 'bytes / idle bucket', 'keys / bucket'],
+      [
+        'limiter',
+        'decisions/s',
+        'ratio to reference script',
+        'Redis CPU µs / decision',
+        'decisions per Redis CPU second',
+        'script command',
+        'usec_per_call',
+        'calls / decision',
+        'script µs / decision',
+        'lone call p50 / p99 µs',
+        'bytes / idle bucket',
+        'keys / bucket',
+      ],
       ['---', '---:', '---:', '---:', '---:', '---', '---:', '---:', '---:', '---:', '---:', '---:'],
       decisionRows,
     ),
@@ -144,7 +169,7 @@ export function renderReport(results: BenchResults, chartFile: string): string {
 
   const promises = Object.entries(results.promise) as [PromiseLimiter, PromiseResult][];
   if (promises.length > 0) {
-    lines.push('## Promise kept, by each limiter\'s own semantics', '');
+    lines.push("## Promise kept, by each limiter's own semantics", '');
     lines.push(
       `${s.promiseProcesses} processes × ${s.promiseInFlight} calls in flight on one key, each limiter set to 100 per second in its own terms. ` +
         'A token bucket promises at most capacity + refill·t in **any** t seconds; a fixed window promises at most its limit per window, ' +
@@ -173,7 +198,13 @@ export function renderReport(results: BenchResults, chartFile: string): string {
     );
     lines.push(
       ...table(
-        ['limiter', 'most in any 1 s, saturated', 'most in any 1 s across a window boundary', 'most in any 200 ms across it', 'worst 1 s / stated'],
+        [
+          'limiter',
+          'most in any 1 s, saturated',
+          'most in any 1 s across a window boundary',
+          'most in any 200 ms across it',
+          'worst 1 s / stated',
+        ],
         ['---', '---:', '---:', '---:', '---:'],
         promises.map(([name, p]) => {
           const worst = Math.max(p.reader.saturatedMaxIn1s, p.reader.boundaryMaxIn1s);

@@ -47,7 +47,8 @@ const ONLY = new Set((process.env.BENCH_ONLY ?? 'http,decisions,promise').split(
 /** The steps of the default run; 'instructions' and 'starved' run only when BENCH_ONLY names them, and write files of their own. */
 const MAIN_STEPS = ['http', 'decisions', 'promise'];
 const UNKNOWN_STEP = [...ONLY].find((step) => ![...MAIN_STEPS, 'instructions', 'starved'].includes(step));
-if (UNKNOWN_STEP !== undefined) throw new Error(`BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, instructions, starved)`);
+if (UNKNOWN_STEP !== undefined)
+  throw new Error(`BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, instructions, starved)`);
 const EXTERNAL_REDIS = process.env.BENCH_REDIS_URL;
 
 let ownRedis: OwnRedis | undefined;
@@ -63,7 +64,8 @@ const ALGORITHMS: BenchResults['algorithms'] = {
   'minimal-guard':
     'an APP_GUARD doing one EVALSHA of the reference script (replying the tokens left, or minus the ms to the next token) and writing ' +
     'the headers ours writes by default (X-RateLimit-Limit/-Remaining/-Reset, RateLimit-Limit/-Remaining/-Reset/-Policy, Retry-After when refused): the allowed-path floor',
-  'throw-only': 'a guard on /denied that throws HttpException 429 (built without a stack trace, as ours builds its refusals) and touches no Redis: the denied-path floor',
+  'throw-only':
+    'a guard on /denied that throws HttpException 429 (built without a stack trace, as ours builds its refusals) and touches no Redis: the denied-path floor',
   'throw-later':
     'the throw-only guard answering one event-loop turn later: it returns a promise rejected after setImmediate, as a refusal that waited for ' +
     'a Redis reply is answered in a later turn; not a floor, it shows what answering in a later turn is worth on the machine',
@@ -170,7 +172,9 @@ async function main(): Promise<void> {
     if (ONLY.has('http')) {
       const http = await httpStep(redis, RUN_PREFIX, ROOT);
       results.http = { runs: http.runs, summary: http.summary };
-      results.method.http += ` Start-up checks: ${Object.entries(http.checks).map(([v, c]) => `${v}: ${c}`).join('; ')}.`;
+      results.method.http += ` Start-up checks: ${Object.entries(http.checks)
+        .map(([v, c]) => `${v}: ${c}`)
+        .join('; ')}.`;
     }
     if (ONLY.has('decisions')) results.decisions = await decisionsStep(redis, RUN_PREFIX, ownRedis === undefined);
     if (ONLY.has('promise')) results.promise = await promiseStep(RUN_PREFIX);

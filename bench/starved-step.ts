@@ -101,7 +101,9 @@ async function check(url: string): Promise<string> {
   const other = await get('10.255.0.2');
   const admitted = statuses.filter((s) => s === 200).length;
   if (admitted !== STARVED.capacity || other.status !== 200 || other.headers.get('x-ratelimit-limit') !== String(STARVED.capacity)) {
-    throw new Error(`starved app: one client got ${statuses.join(',')}, another ${other.status}; expected ${STARVED.capacity} × 200, then 429, then 200`);
+    throw new Error(
+      `starved app: one client got ${statuses.join(',')}, another ${other.status}; expected ${STARVED.capacity} × 200, then 429, then 200`,
+    );
   }
   return `one client ${statuses.join(',')}, another client 200, X-RateLimit-Limit ${STARVED.capacity}`;
 }
@@ -257,7 +259,11 @@ function describe(run: StarvedRun): string {
 const SOURCES = ['store', 'cache', 'open', 'closed', 'local'];
 
 function sources(bySource: Record<string, number>): string {
-  return SOURCES.filter((s) => bySource[s]).map((s) => `${s} ${fmt(bySource[s])}`).join(', ') || 'none';
+  return (
+    SOURCES.filter((s) => bySource[s])
+      .map((s) => `${s} ${fmt(bySource[s])}`)
+      .join(', ') || 'none'
+  );
 }
 
 function summarize(runs: readonly StarvedRun[]): StarvedSummary {
@@ -280,8 +286,14 @@ function summarize(runs: readonly StarvedRun[]): StarvedSummary {
     identities: sum((run) => run.app.identities),
     identitiesOverPromise: sum((run) => run.app.identitiesOverPromise),
     decisionsBySource: bySource,
-    redisP50Ms: spreadOf(runs.map((run) => run.redis.p50Ms), 2),
-    redisP99Ms: spreadOf(runs.map((run) => run.redis.p99Ms), 2),
+    redisP50Ms: spreadOf(
+      runs.map((run) => run.redis.p50Ms),
+      2,
+    ),
+    redisP99Ms: spreadOf(
+      runs.map((run) => run.redis.p99Ms),
+      2,
+    ),
     redisMaxMs: round(Math.max(...runs.map((run) => run.redis.maxMs)), 2),
     redisOver100Ms: sum((run) => run.redis.over100Ms),
     probes: sum((run) => run.redis.probes + run.redis.pending),

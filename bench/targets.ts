@@ -24,7 +24,13 @@ const f = (n: number, digits: number) =>
   Number.isFinite(n) ? n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits }) : 'n/a';
 
 /** Per round, `value(a, b)` of the two variants' runs on a path. */
-function httpPaired(runs: readonly HttpRun[], path: HttpPath, a: HttpVariant, b: HttpVariant, value: (a: HttpRun, b: HttpRun) => number): number[] {
+function httpPaired(
+  runs: readonly HttpRun[],
+  path: HttpPath,
+  a: HttpVariant,
+  b: HttpVariant,
+  value: (a: HttpRun, b: HttpRun) => number,
+): number[] {
   const out: number[] = [];
   for (const ra of runs) {
     if (ra.path !== path || ra.variant !== a) continue;
@@ -88,7 +94,9 @@ export function targets(results: BenchResults): Target[] {
         '1',
         'script cost: Redis CPU per decision (INFO cpu), one key per call',
         `ours (coalesce: false) ≤ ${GOALS.scriptCostRatio}× the reference script`,
-        spreadOf(decisionPaired(dRuns, 'ours-no-coalesce', ['reference'], (a, [b]) => ratio(a.redisCpuUsPerDecision, b.redisCpuUsPerDecision))),
+        spreadOf(
+          decisionPaired(dRuns, 'ours-no-coalesce', ['reference'], (a, [b]) => ratio(a.redisCpuUsPerDecision, b.redisCpuUsPerDecision)),
+        ),
         '×',
         'atMost',
         GOALS.scriptCostRatio,
@@ -230,7 +238,12 @@ export function targets(results: BenchResults): Target[] {
         `decisions per Redis CPU second at ${results.settings.inFlight} in flight, ours vs the best peer`,
         `≥ ${GOALS.cpuEfficiencyToBestPeer}× the best peer (per round)`,
         spreadOf(
-          decisionPaired(dRuns, 'ours', DECISION_PEERS, (a, peers) => a.decisionsPerCpuSecond / Math.max(...peers.map((p) => p.decisionsPerCpuSecond))),
+          decisionPaired(
+            dRuns,
+            'ours',
+            DECISION_PEERS,
+            (a, peers) => a.decisionsPerCpuSecond / Math.max(...peers.map((p) => p.decisionsPerCpuSecond)),
+          ),
         ),
         '×',
         'atLeast',
@@ -245,7 +258,10 @@ export function targets(results: BenchResults): Target[] {
         '8',
         'p50 of a lone decision (1 in flight) added by coalescing',
         'ours − ours with coalesce: false ≤ 0 µs',
-        spreadOf(decisionPaired(dRuns, 'ours', ['ours-no-coalesce'], (a, [b]) => a.loneP50Us - b.loneP50Us), 1),
+        spreadOf(
+          decisionPaired(dRuns, 'ours', ['ours-no-coalesce'], (a, [b]) => a.loneP50Us - b.loneP50Us),
+          1,
+        ),
         'µs',
         'atMost',
         GOALS.loneP50AddedUs,

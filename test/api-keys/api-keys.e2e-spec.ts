@@ -114,7 +114,13 @@ describe.each(PLATFORMS)('API keys on %s', (platform: Platform) => {
     });
 
     it('holds made-up keys rotated from one IP to the stacked per-IP budget: 5 of 30 allowed', async () => {
-      expect(await statuses(app, '/keys/stacked', madeUp(30).map((key) => `${key}-stacked`))).toEqual({ 200: 5, 429: 25 });
+      expect(
+        await statuses(
+          app,
+          '/keys/stacked',
+          madeUp(30).map((key) => `${key}-stacked`),
+        ),
+      ).toEqual({ 200: 5, 429: 25 });
       const ipTokens = await tokensOf(client, `${prefix}raw:{ip:127.0.0.1}:ip-budget`);
       expect(ipTokens).toBeLessThan(0.1);
     });

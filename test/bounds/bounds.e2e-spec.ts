@@ -14,7 +14,10 @@ describe('policy bounds: only numbers the arithmetic keeps exact are accepted', 
     [{ capacity: 1e12 + 1, refillPerSecond: 1e6 }, /capacity must be at most 1000000000000 \(got 1000000000001\)/],
     [{ capacity: 1e17, refillPerSecond: 1e6 }, /capacity must be at most 1000000000000 \(got 100000000000000000\)/],
     [{ capacity: 1e25, refillPerSecond: 1e6 }, /capacity must be at most 1000000000000 \(got 1e\+25\)/],
-    [{ capacity: 1e9, refillPerSecond: 1 / 86_400 }, /window capacity \/ refillPerSecond must be at most 1000000000000 s \(got 86400000000000 s\)/],
+    [
+      { capacity: 1e9, refillPerSecond: 1 / 86_400 },
+      /window capacity \/ refillPerSecond must be at most 1000000000000 s \(got 86400000000000 s\)/,
+    ],
     [{ capacity: 1, refillPerSecond: 1e-300 }, /window capacity \/ refillPerSecond must be at most 1000000000000 s \(got 1e\+300 s\)/],
   ])('refuses %j at start-up, naming the route', (policy, message) => {
     expect(() => compilePolicy(policy, ROUTE, context)).toThrow(message);

@@ -41,7 +41,9 @@ describe('a Redis Cluster with one master frozen (SIGSTOP)', () => {
     }
     client = await cluster.client();
     moduleRef = await Test.createTestingModule({
-      imports: [RateLimitModule.forRoot({ redis: client, keyPrefix: prefix, timeoutMs: TIMEOUT_MS, failureMode: 'closed', denyCache: false })],
+      imports: [
+        RateLimitModule.forRoot({ redis: client, keyPrefix: prefix, timeoutMs: TIMEOUT_MS, failureMode: 'closed', denyCache: false }),
+      ],
     }).compile();
     await moduleRef.init();
     buckets = moduleRef.get(BucketService);
@@ -93,7 +95,9 @@ describe('a Redis Cluster with one master frozen (SIGSTOP)', () => {
       }
       stop = true;
       await traffic;
-      console.log(`requests for the frozen master that waited ~timeoutMs, per wave of 12: ${slow.join(', ')}; healthy decisions meanwhile: ${healthy.length}`);
+      console.log(
+        `requests for the frozen master that waited ~timeoutMs, per wave of 12: ${slow.join(', ')}; healthy decisions meanwhile: ${healthy.length}`,
+      );
       // The first wave trips the breaker; from then on one probe at a time waits, the rest are answered at once.
       for (const count of slow.slice(1)) expect(count).toBeLessThanOrEqual(1);
       expect(healthy.length).toBeGreaterThan(20);

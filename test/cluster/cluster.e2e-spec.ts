@@ -50,9 +50,7 @@ async function ownerOf(key: string): Promise<number> {
 
 /** Script calls (EVALSHA, and the EVAL that loads the script on a new connection) per master so far. */
 function scriptCallsPerMaster(): Promise<number[]> {
-  return Promise.all(
-    masters.map(async (m) => (await commandCalls(m, 'evalsha')) + (await commandCalls(m, 'eval'))),
-  );
+  return Promise.all(masters.map(async (m) => (await commandCalls(m, 'evalsha')) + (await commandCalls(m, 'eval'))));
 }
 
 describe.each(PLATFORMS)('a Redis Cluster of 3 masters on %s', (platform) => {

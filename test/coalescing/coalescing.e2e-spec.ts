@@ -37,7 +37,19 @@ describe('the script and its numbers on this Redis', () => {
   });
 
   it('turns a Lua number given to redis.call into a string that reads back as the same double', async () => {
-    const values = [0.1, 1 / 3, (2 / 3) * 1e12, 1e-300, 5e-324, -29, 2 ** 53 - 1, T0 + 0.25, 1e12 - 1e-4, 999_999_999.999, ...doubles(300, 7)];
+    const values = [
+      0.1,
+      1 / 3,
+      (2 / 3) * 1e12,
+      1e-300,
+      5e-324,
+      -29,
+      2 ** 53 - 1,
+      T0 + 0.25,
+      1e12 - 1e-4,
+      999_999_999.999,
+      ...doubles(300, 7),
+    ];
     const key = `${prefix}{lua-numbers}`;
     // HSET of tonumber(ARGV[i]): the script writes numbers, as the token-bucket script does.
     await client.eval(
@@ -124,7 +136,9 @@ describe('decisions of one event-loop turn share one script call', () => {
     const store = new RedisBucketStore(client, false);
     const count = 2 * MAX_DECISIONS_PER_CALL + 1;
     const { result, calls: sent } = await counted(() =>
-      Promise.all(Array.from({ length: count }, (_, i) => store.take([{ key: key(`wide-${i}`), capacity: 5, refillPerSecond: 1, cost: 1 }]))),
+      Promise.all(
+        Array.from({ length: count }, (_, i) => store.take([{ key: key(`wide-${i}`), capacity: 5, refillPerSecond: 1, cost: 1 }])),
+      ),
     );
     expect(result.every((r) => r.allowed && r.tokens[0] === 4)).toBe(true);
     // The first alone, then 2 * MAX in two calls.
@@ -140,13 +154,23 @@ describe('decisions of one event-loop turn share one script call', () => {
     const p = key('p');
     const steps: { requests: BucketRequest[]; options?: { dryRun?: boolean; refund?: boolean } }[] = [
       { requests: [{ key: a, ...slow, cost: 2 }] },
-      { requests: [{ key: a, ...slow, cost: 1 }, { key: b, ...slow, cost: 3 }] },
+      {
+        requests: [
+          { key: a, ...slow, cost: 1 },
+          { key: b, ...slow, cost: 3 },
+        ],
+      },
       { requests: [{ key: a, ...slow, cost: 1 }] },
       { requests: [{ key: a, ...slow, cost: 1 }], options: { dryRun: true } },
       { requests: [{ key: a, ...slow, cost: 2 }], options: { refund: true } },
       { requests: [{ key: p, ...slow, cost: 4, blockSeconds: 10 }] },
       { requests: [{ key: p, ...slow, cost: 1, blockSeconds: 10 }] },
-      { requests: [{ key: a, ...slow, cost: 3 }, { key: b, ...slow, cost: 1 }] },
+      {
+        requests: [
+          { key: a, ...slow, cost: 3 },
+          { key: b, ...slow, cost: 1 },
+        ],
+      },
     ];
     const { result: shared, calls: sent } = await counted(() => Promise.all(steps.map((s) => store.take(s.requests, s.options))));
     expect(sent).toBe(2);

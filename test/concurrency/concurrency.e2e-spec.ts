@@ -65,7 +65,11 @@ describe('exact under concurrency', () => {
     await app.listen(0, '127.0.0.1');
     const server = app.getHttpServer();
     const statuses = await Promise.all(
-      Array.from({ length: 300 }, () => request(server).get('/race').then((res) => res.status)),
+      Array.from({ length: 300 }, () =>
+        request(server)
+          .get('/race')
+          .then((res) => res.status),
+      ),
     );
     expect(statuses.filter((s) => s === 200)).toHaveLength(100);
     expect(statuses.filter((s) => s === 429)).toHaveLength(200);

@@ -1,11 +1,5 @@
 import { Controller, Get, Module, type Type, UseGuards } from '@nestjs/common';
-import {
-  RateLimit,
-  RateLimitGuard,
-  RateLimitModule,
-  type RateLimitModuleOptions,
-  type RateLimitPolicy,
-} from 'nest-redis-rate-limit';
+import { RateLimit, RateLimitGuard, RateLimitModule, type RateLimitModuleOptions, type RateLimitPolicy } from 'nest-redis-rate-limit';
 import { redisUrl, testPrefix } from '../support/redis.js';
 import { startUp } from '../support/start-up.js';
 
@@ -58,24 +52,37 @@ describe('policy errors stop app.init() and name the controller and handler', ()
     ['refill 0', policy({ refillPerSecond: 0 }), `@RateLimit refillPerSecond must be a finite number > 0 (got 0) ${on}`],
     ['refill -2', policy({ refillPerSecond: -2 }), `@RateLimit refillPerSecond must be a finite number > 0 (got -2) ${on}`],
     ['refill NaN', policy({ refillPerSecond: NaN }), `@RateLimit refillPerSecond must be a finite number > 0 (got NaN) ${on}`],
-    ['refill Infinity', policy({ refillPerSecond: Infinity }), `@RateLimit refillPerSecond must be a finite number > 0 (got Infinity) ${on}`],
-    ['refill missing', RateLimit(5, undefined as unknown as number), `@RateLimit refillPerSecond must be a finite number > 0 (got undefined) ${on}`],
+    [
+      'refill Infinity',
+      policy({ refillPerSecond: Infinity }),
+      `@RateLimit refillPerSecond must be a finite number > 0 (got Infinity) ${on}`,
+    ],
+    [
+      'refill missing',
+      RateLimit(5, undefined as unknown as number),
+      `@RateLimit refillPerSecond must be a finite number > 0 (got undefined) ${on}`,
+    ],
     ['cost above capacity', policy({ cost: 11 }), `@RateLimit cost must be an integer from 1 to capacity 10 (got 11) ${on}`],
     ['cost 0', policy({ cost: 0 }), `@RateLimit cost must be an integer from 1 to capacity 10 (got 0) ${on}`],
     ['cost -1', policy({ cost: -1 }), `@RateLimit cost must be an integer from 1 to capacity 10 (got -1) ${on}`],
     ['cost 1.5', policy({ cost: 1.5 }), `@RateLimit cost must be an integer from 1 to capacity 10 (got 1.5) ${on}`],
-    ['keyBy "session"', policy({ keyBy: 'session' }), `@RateLimit keyBy must be 'ip', 'user', 'apiKey' or a function (got "session") ${on}`],
+    [
+      'keyBy "session"',
+      policy({ keyBy: 'session' }),
+      `@RateLimit keyBy must be 'ip', 'user', 'apiKey' or a function (got "session") ${on}`,
+    ],
     ['keyBy "IP"', policy({ keyBy: 'IP' }), `@RateLimit keyBy must be 'ip', 'user', 'apiKey' or a function (got "IP") ${on}`],
-    ['keyBy "api-key"', RateLimit(10, 1, 'api-key' as 'apiKey'), `@RateLimit keyBy must be 'ip', 'user', 'apiKey' or a function (got "api-key") ${on}`],
+    [
+      'keyBy "api-key"',
+      RateLimit(10, 1, 'api-key' as 'apiKey'),
+      `@RateLimit keyBy must be 'ip', 'user', 'apiKey' or a function (got "api-key") ${on}`,
+    ],
   ])('%s', async (_case, decorator, message) => {
     expect(await startUp(await appWith(reportsController([decorator])))).toEqual({ phase: 'init', message });
   });
 
   it('refuses same-name policies whose costs cannot fit one bucket when their identities meet', async () => {
-    const stacked = [
-      policy({ capacity: 1, name: 'shared', keyBy: 'apiKey' }),
-      policy({ capacity: 1, name: 'shared', keyBy: 'ip' }),
-    ];
+    const stacked = [policy({ capacity: 1, name: 'shared', keyBy: 'apiKey' }), policy({ capacity: 1, name: 'shared', keyBy: 'ip' })];
     expect(await startUp(await appWith(reportsController(stacked)))).toEqual({
       phase: 'init',
       message:
@@ -115,14 +122,42 @@ describe('policy errors stop app.init() and name the controller and handler', ()
 
 describe('module option errors stop the start while the module is built, before app.init()', () => {
   it.each([
-    ['a URL without scheme', { redis: 'localhost:6379' }, 'RateLimitModule: redis must be a redis:// or rediss:// URL (got "localhost:6379")'],
-    ['an http:// URL', { redis: 'http://127.0.0.1:6379' }, 'RateLimitModule: redis must be a redis:// or rediss:// URL (got "http://127.0.0.1:6379")'],
-    ['a port out of range', { redis: 'redis://127.0.0.1:99999' }, 'RateLimitModule: redis must be a redis:// or rediss:// URL (got "redis://127.0.0.1:99999")'],
+    [
+      'a URL without scheme',
+      { redis: 'localhost:6379' },
+      'RateLimitModule: redis must be a redis:// or rediss:// URL (got "localhost:6379")',
+    ],
+    [
+      'an http:// URL',
+      { redis: 'http://127.0.0.1:6379' },
+      'RateLimitModule: redis must be a redis:// or rediss:// URL (got "http://127.0.0.1:6379")',
+    ],
+    [
+      'a port out of range',
+      { redis: 'redis://127.0.0.1:99999' },
+      'RateLimitModule: redis must be a redis:// or rediss:// URL (got "redis://127.0.0.1:99999")',
+    ],
     ['no URL at all', { redis: 'not a url' }, 'RateLimitModule: redis must be a redis:// or rediss:// URL (got "not a url")'],
-    ['standardHeaders "draft-9"', { standardHeaders: 'draft-9' }, `RateLimitModule: standardHeaders must be one of 'draft-6', 'draft-7', 'draft-8', false (got "draft-9")`],
-    ['standardHeaders "draft6"', { standardHeaders: 'draft6' }, `RateLimitModule: standardHeaders must be one of 'draft-6', 'draft-7', 'draft-8', false (got "draft6")`],
-    ['standardHeaders true', { standardHeaders: true }, `RateLimitModule: standardHeaders must be one of 'draft-6', 'draft-7', 'draft-8', false (got true)`],
-    ['failureMode "half-open"', { failureMode: 'half-open' }, `RateLimitModule: failureMode must be one of 'open', 'closed', 'local' (got "half-open")`],
+    [
+      'standardHeaders "draft-9"',
+      { standardHeaders: 'draft-9' },
+      `RateLimitModule: standardHeaders must be one of 'draft-6', 'draft-7', 'draft-8', false (got "draft-9")`,
+    ],
+    [
+      'standardHeaders "draft6"',
+      { standardHeaders: 'draft6' },
+      `RateLimitModule: standardHeaders must be one of 'draft-6', 'draft-7', 'draft-8', false (got "draft6")`,
+    ],
+    [
+      'standardHeaders true',
+      { standardHeaders: true },
+      `RateLimitModule: standardHeaders must be one of 'draft-6', 'draft-7', 'draft-8', false (got true)`,
+    ],
+    [
+      'failureMode "half-open"',
+      { failureMode: 'half-open' },
+      `RateLimitModule: failureMode must be one of 'open', 'closed', 'local' (got "half-open")`,
+    ],
     ['timeoutMs 0', { timeoutMs: 0 }, 'RateLimitModule: timeoutMs must be a finite number > 0 (got 0)'],
     ['timeoutMs Infinity', { timeoutMs: Infinity }, 'RateLimitModule: timeoutMs must be a finite number > 0 (got Infinity)'],
     ['legacyHeaders "yes"', { legacyHeaders: 'yes' }, 'RateLimitModule: legacyHeaders must be true or false (got "yes")'],
@@ -183,7 +218,10 @@ describe('registration mistakes stop the start with a message that names the fix
     @Module({ controllers: [controller] })
     class GuardOnlyAppModule {}
     const result = await startUp(GuardOnlyAppModule);
-    expect(result).toEqual({ phase: 'init', message: expect.stringMatching(/^RateLimitGuard needs RateLimitModule, which this application does not import/) });
+    expect(result).toEqual({
+      phase: 'init',
+      message: expect.stringMatching(/^RateLimitGuard needs RateLimitModule, which this application does not import/),
+    });
   });
 
   it('refuses a bare imports: [RateLimitModule], telling to call forRoot() or forRootAsync()', async () => {

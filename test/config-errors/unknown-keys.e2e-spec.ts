@@ -1,12 +1,6 @@
 import { ConsoleLogger, Controller, Get, Module, type Type } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import {
-  BucketService,
-  RateLimit,
-  RateLimitModule,
-  type RateLimitModuleOptions,
-  type RateLimitPolicy,
-} from 'nest-redis-rate-limit';
+import { BucketService, RateLimit, RateLimitModule, type RateLimitModuleOptions, type RateLimitPolicy } from 'nest-redis-rate-limit';
 import { startUp } from '../support/start-up.js';
 
 /**
@@ -46,7 +40,9 @@ describe('an unknown key in the module options stops the start while the module 
   });
 
   it('refuses an unknown key in the object a forRootAsync factory returns', async () => {
-    @Module({ imports: [RateLimitModule.forRootAsync({ useFactory: async () => ({ store: 'memory', timeoutMS: 2000 }) as RateLimitModuleOptions })] })
+    @Module({
+      imports: [RateLimitModule.forRootAsync({ useFactory: async () => ({ store: 'memory', timeoutMS: 2000 }) as RateLimitModuleOptions })],
+    })
     class AsyncUnknownKeyModule {}
     expect(await startUp(AsyncUnknownKeyModule)).toEqual({
       phase: 'compile',
@@ -84,7 +80,9 @@ describe('an unknown key in a policy stops app.init(), naming the route', () => 
   });
 
   it('refuses a misspelled key of the decorator object form', async () => {
-    const result = await startUp(appWith({}, [reportsController(RateLimit({ capacity: 5, refillPerSecond: 1, refund: 'success' } as RateLimitPolicy))]));
+    const result = await startUp(
+      appWith({}, [reportsController(RateLimit({ capacity: 5, refillPerSecond: 1, refund: 'success' } as RateLimitPolicy))]),
+    );
     expect(result).toEqual({
       phase: 'init',
       message: '@RateLimit unknown key "refund" in the policy (did you mean "refundOn"?) on ReportsController.list',
@@ -92,7 +90,14 @@ describe('an unknown key in a policy stops app.init(), naming the route', () => 
   });
 
   it('refuses an unknown key in the module defaults, saying where it is', async () => {
-    const result = await startUp(appWith({ defaults: [{ capacity: 5, refillPerSecond: 1 }, { capacity: 5, refillPerSecond: 1, Cost: 2 }] }));
+    const result = await startUp(
+      appWith({
+        defaults: [
+          { capacity: 5, refillPerSecond: 1 },
+          { capacity: 5, refillPerSecond: 1, Cost: 2 },
+        ],
+      }),
+    );
     expect(result).toEqual({
       phase: 'init',
       message: 'RateLimitModule defaults[1] unknown key "Cost" in the policy (did you mean "cost"?) on the module options',
@@ -105,7 +110,9 @@ describe('an unknown key in a BucketService call throws at the call', () => {
   let close: () => Promise<void>;
 
   beforeAll(async () => {
-    const moduleRef = await Test.createTestingModule({ imports: [RateLimitModule.forRoot({ store: 'memory' })] }).setLogger(new ConsoleLogger({ logLevels: [] })).compile();
+    const moduleRef = await Test.createTestingModule({ imports: [RateLimitModule.forRoot({ store: 'memory' })] })
+      .setLogger(new ConsoleLogger({ logLevels: [] }))
+      .compile();
     await moduleRef.init();
     buckets = moduleRef.get(BucketService);
     close = () => moduleRef.close();
@@ -130,7 +137,9 @@ describe('an unknown key in a BucketService call throws at the call', () => {
   });
 
   it('takes nothing from the bucket when it refuses', async () => {
-    await expect(buckets.consume('untouched', { capacity: 2, refillPerSecond: 1, Capacity: 1 } as never)).rejects.toThrow('did you mean "capacity"?');
+    await expect(buckets.consume('untouched', { capacity: 2, refillPerSecond: 1, Capacity: 1 } as never)).rejects.toThrow(
+      'did you mean "capacity"?',
+    );
     expect((await buckets.peek('untouched', { capacity: 2, refillPerSecond: 1 })).remaining).toBe(2);
   });
 });

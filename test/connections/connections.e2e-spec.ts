@@ -79,7 +79,9 @@ describe('a connection-rate limit for gateways', () => {
         const socket = io(url, { transports: ['websocket'], reconnection: false, forceNew: true });
         return new Promise<{ ok: boolean; error?: { message: string; data?: unknown } }>((resolve) => {
           socket.on('connect', () => resolve({ ok: true }));
-          socket.on('connect_error', (error: Error & { data?: unknown }) => resolve({ ok: false, error: { message: error.message, data: error.data } }));
+          socket.on('connect_error', (error: Error & { data?: unknown }) =>
+            resolve({ ok: false, error: { message: error.message, data: error.data } }),
+          );
         }).finally(() => socket.close());
       }),
     );
@@ -97,7 +99,9 @@ describe('a connection-rate limit for gateways', () => {
         const socket = new WebSocket(url);
         return new Promise<{ ok: boolean; status?: number; retryAfter?: string }>((resolve) => {
           socket.on('open', () => resolve({ ok: true }));
-          socket.on('unexpected-response', (_req, res) => resolve({ ok: false, status: res.statusCode, retryAfter: res.headers['retry-after'] as string }));
+          socket.on('unexpected-response', (_req, res) =>
+            resolve({ ok: false, status: res.statusCode, retryAfter: res.headers['retry-after'] as string }),
+          );
           socket.on('error', () => undefined);
         }).finally(() => socket.terminate());
       }),

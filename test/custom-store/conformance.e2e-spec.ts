@@ -67,10 +67,14 @@ describe('verifyBucketStore: the BucketStore conformance suite', () => {
   });
 
   it('catches a store that drains the buckets of a call one by one (not all-or-nothing)', async () => {
-    await expect(verifyBucketStore(new PiecewiseStore(), { runs: 200, seed: 21_003 })).rejects.toThrow(/^BucketStore conformance: (allowed|tokens) differ(s)? from the model: /);
+    await expect(verifyBucketStore(new PiecewiseStore(), { runs: 200, seed: 21_003 })).rejects.toThrow(
+      /^BucketStore conformance: (allowed|tokens) differ(s)? from the model: /,
+    );
   });
 
   it('catches a store whose refund is not capped at capacity', async () => {
-    await expect(verifyBucketStore(new UncappedRefundStore(), { runs: 200, seed: 21_003 })).rejects.toThrow(/^BucketStore conformance: tokens differ from the model: /);
+    await expect(verifyBucketStore(new UncappedRefundStore(), { runs: 200, seed: 21_003 })).rejects.toThrow(
+      /^BucketStore conformance: tokens differ from the model: /,
+    );
   });
 });

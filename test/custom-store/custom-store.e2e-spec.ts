@@ -159,7 +159,12 @@ describe('store: a BucketStore of your own', () => {
 
   it.each([
     ['a reply without tokens', () => Promise.resolve({ allowed: true })],
-    ['one that throws synchronously', () => { throw new Error('not async'); }],
+    [
+      'one that throws synchronously',
+      () => {
+        throw new Error('not async');
+      },
+    ],
   ])("a local store answering %s follows failureMode 'closed' (503): a malformed reply is a failed call", async (_what, take) => {
     const odd = { remote: false, take, delete: () => Promise.resolve() } as unknown as BucketStore;
     const app = await createApp(appModule({ store: odd, keyPrefix: `${prefix}odd:`, failureMode: 'closed' }), 'express');
@@ -182,7 +187,10 @@ describe('store: a BucketStore of your own', () => {
     @Module({ providers: [Quota], exports: [Quota] })
     class FeatureModule {}
     const moduleRef = await Test.createTestingModule({
-      imports: [RateLimitModule.forRootAsync({ isGlobal: true, useFactory: async () => ({ store, keyPrefix: `${prefix}async:` }) }), FeatureModule],
+      imports: [
+        RateLimitModule.forRootAsync({ isGlobal: true, useFactory: async () => ({ store, keyPrefix: `${prefix}async:` }) }),
+        FeatureModule,
+      ],
     }).compile();
     await moduleRef.init();
     try {

@@ -105,7 +105,8 @@ export function checkBlocks(root: string, blocks: readonly ReadmeBlock[]): Block
   const { getSourceFile, fileExists, readFile, directoryExists } = host;
   host.fileExists = (path) => virtual.has(path) || fileExists.call(host, path);
   host.readFile = (path) => virtual.get(path) ?? readFile.call(host, path);
-  host.directoryExists = (path) => [...virtual.keys()].some((v) => dirname(v).startsWith(path)) || (directoryExists?.call(host, path) ?? true);
+  host.directoryExists = (path) =>
+    [...virtual.keys()].some((v) => dirname(v).startsWith(path)) || (directoryExists?.call(host, path) ?? true);
   host.getSourceFile = (path, language, onError, create) => {
     const text = virtual.get(path);
     return text === undefined ? getSourceFile.call(host, path, language, onError, create) : ts.createSourceFile(path, text, language, true);

@@ -33,14 +33,11 @@ describe('code blocks of the README and the docs', () => {
     expect(diagnostics.filter((d) => d.block === '').map((d) => d.message)).toEqual([]);
   });
 
-  it.each(complete.map((block) => [`${blockId(block)} (${block.section})`, blockId(block)] as const))(
-    'compiles %s',
-    (_, id) => {
-      const file = id.slice(0, id.lastIndexOf(':'));
-      const errors = diagnostics.filter((d) => d.block === id).map((d) => `${file}:${d.line}: ${d.message}`);
-      expect(errors).toEqual([]);
-    },
-  );
+  it.each(complete.map((block) => [`${blockId(block)} (${block.section})`, blockId(block)] as const))('compiles %s', (_, id) => {
+    const file = id.slice(0, id.lastIndexOf(':'));
+    const errors = diagnostics.filter((d) => d.block === id).map((d) => `${file}:${d.line}: ${d.message}`);
+    expect(errors).toEqual([]);
+  });
 
   it.each(fragments.map((block) => [`${blockId(block)} (${block.section})`, block] as const))(
     'marks the fragment at %s as one where a reader sees it',

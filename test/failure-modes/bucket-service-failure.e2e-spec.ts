@@ -40,7 +40,13 @@ describe("BucketService with failureMode 'closed' while its Redis is down", () =
     server = await RedisServer.start();
     ({ moduleRef, buckets } = await serviceOn(server.url, 'closed'));
     // Redis decides while it lives.
-    expect(await buckets.consume('before', POLICY, 2)).toEqual({ allowed: true, limit: 5, remaining: 3, retryAfterSeconds: 0, resetSeconds: 4 });
+    expect(await buckets.consume('before', POLICY, 2)).toEqual({
+      allowed: true,
+      limit: 5,
+      remaining: 3,
+      retryAfterSeconds: 0,
+      resetSeconds: 4,
+    });
     await server.stop('SIGKILL');
   });
 
@@ -62,7 +68,14 @@ describe("BucketService with failureMode 'closed' while its Redis is down", () =
 
   it.each([
     ['consume', () => buckets.consume('export', POLICY)],
-    ['consumeAll', () => buckets.consumeAll([{ name: 'a', policy: POLICY }, { name: 'b', policy: POLICY, cost: 2 }])],
+    [
+      'consumeAll',
+      () =>
+        buckets.consumeAll([
+          { name: 'a', policy: POLICY },
+          { name: 'b', policy: POLICY, cost: 2 },
+        ]),
+    ],
     ['peek', () => buckets.peek('export', POLICY)],
   ])('%s() rejects with RateLimitUnavailableError, a 503 ServiceUnavailableException with the guard’s body', async (_name, call) => {
     const error = await rejection(call);
@@ -109,7 +122,12 @@ describe("BucketService with failureMode 'open' while its Redis is down", () => 
   });
 
   it('consumeAll() allows every entry as if its bucket were full', async () => {
-    expect(await buckets.consumeAll([{ name: 'drained', policy: POLICY }, { name: 'b', policy: POLICY, cost: 3 }])).toEqual({
+    expect(
+      await buckets.consumeAll([
+        { name: 'drained', policy: POLICY },
+        { name: 'b', policy: POLICY, cost: 3 },
+      ]),
+    ).toEqual({
       allowed: true,
       decisions: [
         { allowed: true, limit: 5, remaining: 4, retryAfterSeconds: 0, resetSeconds: 2 },
@@ -224,7 +242,7 @@ describe('timeoutMs with a Redis client the application passed in', () => {
     }
     // Thawed, the same client decides again (the commands the frozen server received ran on thaw, in other buckets).
     let remaining: number | undefined;
-    for (const deadline = Date.now() + 3_000; remaining === undefined && Date.now() < deadline; ) {
+    for (const deadline = Date.now() + 3_000; remaining === undefined && Date.now() < deadline;) {
       remaining = await buckets.consume('frozen', slow).then(
         (d) => d.remaining,
         () => undefined,

@@ -55,7 +55,9 @@ describe('what the limiter logs while Redis fails', () => {
       const warnings = recorder.of('RateLimit', 'warn');
       expect(warnings).toHaveLength(1);
       expect(warnings[0]).toMatch(
-        new RegExp(`^Rate-limit store failed: .+; ${EFFECT[mode].replace(/[()]/g, '\\$&')} until it answers again \\(failureMode '${mode}'\\)$`),
+        new RegExp(
+          `^Rate-limit store failed: .+; ${EFFECT[mode].replace(/[()]/g, '\\$&')} until it answers again \\(failureMode '${mode}'\\)$`,
+        ),
       );
     });
 

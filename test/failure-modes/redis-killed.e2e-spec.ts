@@ -124,15 +124,15 @@ describe.each(PLATFORMS)('Redis killed under load on %s', (platform) => {
           const expected = { open: 200, closed: 503, local: 200 }[mode];
           expect(countByStatus(after)).toEqual({ [expected]: after.length });
           if (mode === 'closed') expect(new Set(after.map((a) => a.retryAfter))).toEqual(new Set(['1']));
-          expectOutageBurst(mode, outage.map((p) => p.limited));
+          expectOutageBurst(
+            mode,
+            outage.map((p) => p.limited),
+          );
           // The key Redis denied a moment ago is still denied, in every mode: that is Redis's own answer.
           const denied = await timedGet(`${fx.url}/once`, { 'x-api-key': `drained-${n}` });
           expect([denied.status, denied.remaining]).toEqual([429, '0']);
 
-          const judgements = [
-            judgeDecisions(decisions.spans, freezeAt, TIMEOUT_MS, loop),
-            judgePairs(pairs, freezeAt, TIMEOUT_MS, loop),
-          ];
+          const judgements = [judgeDecisions(decisions.spans, freezeAt, TIMEOUT_MS, loop), judgePairs(pairs, freezeAt, TIMEOUT_MS, loop)];
           timingFigure(`${platform}/${mode} kill run ${n + 1}`, judgements, loop);
           return judgements;
         } finally {

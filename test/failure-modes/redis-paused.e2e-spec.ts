@@ -95,7 +95,10 @@ describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
           // One decision per limited request, none for the control route.
           expect(decisions.spans).toHaveLength(load.pairs.length + outage.length);
           expectModeAnswers(mode, frozen);
-          expectOutageBurst(mode, outage.map((p) => p.limited));
+          expectOutageBurst(
+            mode,
+            outage.map((p) => p.limited),
+          );
           // In flight at the freeze, sent before the first timeout, and one probe per timeoutMs after it;
           // without the probe rule every answered request would have left a command waiting in the socket.
           const bound = 2 * WORKERS + Math.ceil(FREEZE_MS / TIMEOUT_MS) + 2;
@@ -142,11 +145,11 @@ describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
           decisions.restore();
 
           expect(answers.filter((a) => a.status === 0)).toEqual([]);
-          expectModeAnswers(mode, answers.filter((a) => a.startedAt >= sentAt + 20 && a.endedAt <= wokeAt - 20));
-          const judgements = [
-            judgeDecisions(decisions.spans, sentAt, TIMEOUT_MS, loop),
-            judgePairs(load.pairs, sentAt, TIMEOUT_MS, loop),
-          ];
+          expectModeAnswers(
+            mode,
+            answers.filter((a) => a.startedAt >= sentAt + 20 && a.endedAt <= wokeAt - 20),
+          );
+          const judgements = [judgeDecisions(decisions.spans, sentAt, TIMEOUT_MS, loop), judgePairs(load.pairs, sentAt, TIMEOUT_MS, loop)];
           timingFigure(`${platform}/${mode} DEBUG SLEEP run ${n + 1}`, judgements, loop);
           return judgements;
         } finally {

@@ -5,15 +5,7 @@ import { watchLoopDelay } from '../support/loop-delay.js';
 import { testPrefix } from '../support/redis.js';
 import { CAPACITY } from './failure.controller.js';
 import { appOnOwnRedis } from './fixture.js';
-import {
-  MODES,
-  TIMEOUT_MS,
-  expectOutageBurst,
-  expectRedisLimitsBurst,
-  figure,
-  inspector,
-  untilRedisDecides,
-} from './scenario.js';
+import { MODES, TIMEOUT_MS, expectOutageBurst, expectRedisLimitsBurst, figure, inspector, untilRedisDecides } from './scenario.js';
 import { SLACK_MS, judgeDecisions, judgePairs, pairedBurst, timeDecisions, timingFigure, untilConclusive } from './timing.js';
 
 /** How long start-up waits for a connection it created before going on (CONNECT_WAIT_MS). */
@@ -54,7 +46,9 @@ describe.each(PLATFORMS)('Redis unreachable at start-up on %s', (platform) => {
       // address and cause, then the module goes on without it.
       expect(recorder.errors).toHaveLength(1);
       expect(recorder.errors[0]).toMatch(
-        new RegExp(`^Redis at 127\\.0\\.0\\.1:\\d+ is not reachable at start-up: connection refused .*; starting anyway: decisions follow failureMode '${mode}' until it answers$`),
+        new RegExp(
+          `^Redis at 127\\.0\\.0\\.1:\\d+ is not reachable at start-up: connection refused .*; starting anyway: decisions follow failureMode '${mode}' until it answers$`,
+        ),
       );
     });
 
@@ -67,7 +61,10 @@ describe.each(PLATFORMS)('Redis unreachable at start-up on %s', (platform) => {
           const pairs = await pairedBurst(fx.url, `before-redis-${n}`, CAPACITY + 3);
           loop.stop();
           decisions.restore();
-          expectOutageBurst(mode, pairs.map((p) => p.limited));
+          expectOutageBurst(
+            mode,
+            pairs.map((p) => p.limited),
+          );
           expect(decisions.spans).toHaveLength(pairs.length);
           const judgements = [judgeDecisions(decisions.spans, sentAt, TIMEOUT_MS, loop), judgePairs(pairs, sentAt, TIMEOUT_MS, loop)];
           timingFigure(`${platform}/${mode} before Redis run ${n + 1}`, judgements, loop);

@@ -58,12 +58,7 @@ export async function inspector(url: string): Promise<Redis> {
  * Sends a request every 50 ms until Redis holds the bucket it drains, i.e. until Redis decides again;
  * returns how long that took (ms). Fails after `withinMs`.
  */
-export async function untilRedisDecides(
-  url: string,
-  client: Redis,
-  prefix: string,
-  withinMs = 6_000,
-): Promise<number> {
+export async function untilRedisDecides(url: string, client: Redis, prefix: string, withinMs = 6_000): Promise<number> {
   const started = Date.now();
   for (let i = 0; Date.now() - started < withinMs; i++) {
     const apiKey = `probe-${i}`;

@@ -19,22 +19,29 @@ const SHA = createHash('sha1').update(TOKEN_BUCKET_LUA).digest('hex');
 describe.each(PLATFORMS)('SCRIPT FLUSH while the app runs on %s', (platform) => {
   const prefix = testPrefix(`script-flush-${platform}`);
   // Its own server: flushing the script cache of the shared one would disturb other test files.
-  const fx = appOnOwnRedis(
-    platform,
-    { keyPrefix: prefix, failureMode: 'closed', timeoutMs: RELOAD_TIMEOUT_MS },
-    { inspect: true },
-  );
+  const fx = appOnOwnRedis(platform, { keyPrefix: prefix, failureMode: 'closed', timeoutMs: RELOAD_TIMEOUT_MS }, { inspect: true });
 
   it('reloads the script on the next decision and keeps counting the same bucket', async () => {
     const first = await burst(fx.url, 'flushed', 4);
-    expect(first.map((a) => [a.status, a.remaining])).toEqual([[200, '9'], [200, '8'], [200, '7'], [200, '6']]);
+    expect(first.map((a) => [a.status, a.remaining])).toEqual([
+      [200, '9'],
+      [200, '8'],
+      [200, '7'],
+      [200, '6'],
+    ]);
     expect(await fx.client.script('EXISTS', SHA)).toEqual([1]);
     await fx.client.script('FLUSH');
     expect(await fx.client.script('EXISTS', SHA)).toEqual([0]);
 
     const rest = await burst(fx.url, 'flushed', 7);
     expect(rest.map((a) => [a.status, a.remaining])).toEqual([
-      [200, '5'], [200, '4'], [200, '3'], [200, '2'], [200, '1'], [200, '0'], [429, '0'],
+      [200, '5'],
+      [200, '4'],
+      [200, '3'],
+      [200, '2'],
+      [200, '1'],
+      [200, '0'],
+      [429, '0'],
     ]);
     expect(await fx.client.script('EXISTS', SHA)).toEqual([1]);
   });

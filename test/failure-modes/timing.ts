@@ -229,7 +229,10 @@ export async function untilConclusive(
     if (expectWithinBounds(judgements)) return judgements;
     const reason = judgements
       .filter((j) => j.unjudged.length > 0)
-      .map((j) => `${j.unjudged.length} of ${j.count} (${j.label}) took over ${j.boundMs} ms with a loop delay over ${LOOP_LIMIT_MS} ms, up to ${Math.max(...j.unjudged.map((m) => m.loopMs))} ms`)
+      .map(
+        (j) =>
+          `${j.unjudged.length} of ${j.count} (${j.label}) took over ${j.boundMs} ms with a loop delay over ${LOOP_LIMIT_MS} ms, up to ${Math.max(...j.unjudged.map((m) => m.loopMs))} ms`,
+      )
       .join('; ');
     reasons.push(reason);
     process.stderr.write(`[inconclusive] ${label}, run ${n + 1} of ${ATTEMPTS}: ${reason}\n`);

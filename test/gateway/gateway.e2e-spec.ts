@@ -38,9 +38,7 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
 
   it('GET /api/hello allows a burst of 100 per verified API key (plus 20/s) and answers the rest with 429', async () => {
     const started = Date.now();
-    const responses = await Promise.all(
-      Array.from({ length: 160 }, () => http().get('/api/hello').set('x-api-key', 'demo-key-1')),
-    );
+    const responses = await Promise.all(Array.from({ length: 160 }, () => http().get('/api/hello').set('x-api-key', 'demo-key-1')));
     const seconds = (Date.now() - started) / 1000;
     const allowed = responses.filter((r) => r.status === 200).length;
     expect(allowed).toBeGreaterThanOrEqual(100);
@@ -124,7 +122,11 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     const refused = await ask();
     expect(refused.body.data).toBeNull();
     expect(refused.body.errors).toHaveLength(1);
-    expect(refused.body.errors[0]).toMatchObject({ message: 'Too Many Requests', path: ['quote'], extensions: { code: 'RATE_LIMITED', retryAfter: 1 } });
+    expect(refused.body.errors[0]).toMatchObject({
+      message: 'Too Many Requests',
+      path: ['quote'],
+      extensions: { code: 'RATE_LIMITED', retryAfter: 1 },
+    });
     expect(refused.headers['retry-after']).toBe('1');
     expect(await tokensOf(client, `${prefix}{ip:127.0.0.1}:QuotesResolver.quote`)).toBeLessThan(1);
   });
@@ -194,11 +196,11 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     for (const { labels } of after) {
       // The exporter names the instrumentation scope (the library's meter); the rest are the library's bounded labels.
       expect(labels.otel_scope_name).toBe('nest-redis-rate-limit');
-      expect(Object.keys(labels).filter((key) => !key.startsWith('otel_scope_')).sort()).toEqual([
-        'ratelimit_outcome',
-        'ratelimit_scope',
-        'ratelimit_source',
-      ]);
+      expect(
+        Object.keys(labels)
+          .filter((key) => !key.startsWith('otel_scope_'))
+          .sort(),
+      ).toEqual(['ratelimit_outcome', 'ratelimit_scope', 'ratelimit_source']);
       expect(['allowed', 'denied', 'shadow-denied']).toContain(labels.ratelimit_outcome);
       expect(['store', 'cache', 'local', 'open', 'closed']).toContain(labels.ratelimit_source);
     }

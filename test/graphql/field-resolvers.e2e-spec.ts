@@ -67,7 +67,7 @@ describe('a policy on a GraphQL field resolver', () => {
   it("warns once at start-up, naming the field and the fix, when fieldResolverEnhancers has 'guards' without 'interceptors'", async () => {
     const warned = await start(['guards']);
     expect(warned).toEqual([
-      "@RateLimit on ItemResolver.detail (a GraphQL field resolver) is not enforced: its policy ItemResolver.detail is decided after " +
+      '@RateLimit on ItemResolver.detail (a GraphQL field resolver) is not enforced: its policy ItemResolver.detail is decided after ' +
         "your guards, by RateLimitInterceptor, and GraphQLModule's fieldResolverEnhancers ['guards'] runs no interceptor on field " +
         "resolvers. Add 'interceptors' to fieldResolverEnhancers",
     ]);
@@ -76,7 +76,9 @@ describe('a policy on a GraphQL field resolver', () => {
   it("warns when fieldResolverEnhancers is not set (no enhancer runs on a field resolver), and not with 'guards' and 'interceptors'", async () => {
     const unset = await start(undefined as never);
     expect(unset).toHaveLength(1);
-    expect(unset[0]).toContain("fieldResolverEnhancers (not set) runs no guard and no interceptor on field resolvers. Add 'guards' and 'interceptors'");
+    expect(unset[0]).toContain(
+      "fieldResolverEnhancers (not set) runs no guard and no interceptor on field resolvers. Add 'guards' and 'interceptors'",
+    );
     expect(await start(['guards', 'interceptors'])).toEqual([]);
   });
 });

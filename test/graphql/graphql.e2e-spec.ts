@@ -12,15 +12,18 @@ import { ClassLimitedResolver, IdentityResolver, LimitedResolver, PER_MINUTE } f
 
 /** The two GraphQL servers Nest ships a driver for, each on the HTTP platform it runs on. */
 const SERVERS = [
-  { name: 'Apollo over Express', platform: 'express' as Platform, graphql: () => apollo(), thrown: { extensions: { code: 'INTERNAL_SERVER_ERROR' } } },
+  {
+    name: 'Apollo over Express',
+    platform: 'express' as Platform,
+    graphql: () => apollo(),
+    thrown: { extensions: { code: 'INTERNAL_SERVER_ERROR' } },
+  },
   // Mercurius gives an error a resolver threw no extensions at all.
   { name: 'Mercurius over Fastify', platform: 'fastify' as Platform, graphql: () => mercurius(), thrown: {} },
 ];
 
-const apollo = (): DynamicModule =>
-  GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true });
-const mercurius = (): DynamicModule =>
-  GraphQLModule.forRoot<MercuriusDriverConfig>({ driver: MercuriusDriver, autoSchemaFile: true });
+const apollo = (): DynamicModule => GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true });
+const mercurius = (): DynamicModule => GraphQLModule.forRoot<MercuriusDriverConfig>({ driver: MercuriusDriver, autoSchemaFile: true });
 
 /** The digest the README documents for an API key without `keys.secret`: SHA-256, 32 hex digits. */
 const sha = (value: string) => createHash('sha256').update(value).digest('hex').slice(0, 32);
@@ -294,9 +297,7 @@ describe.each(SERVERS)('@RateLimit on GraphQL resolvers, $name', ({ platform, gr
     const server = await RedisServer.start();
     let closedApp: INestApplication | undefined;
     try {
-      closedApp = await startApp(graphql, platform, { redis: server.url, failureMode: 'closed', timeoutMs: 100 }, [
-        LimitedResolver,
-      ]);
+      closedApp = await startApp(graphql, platform, { redis: server.url, failureMode: 'closed', timeoutMs: 100 }, [LimitedResolver]);
       expect((await post(closedApp, '{ burst }').expect(200)).body).toEqual({ data: { burst: 'burst' } });
       await server.stop();
       const answer = await post(closedApp, '{ burst unlimited }').expect(200);

@@ -75,7 +75,12 @@ describe.each(PLATFORMS)('hostile and odd input on %s', (platform) => {
         ['/hostile/api-key', { 'x-api-key': apiKey }],
         ['/hostile/api-key', { 'x-api-key': neighbour }],
       ]),
-    ).toEqual([[200, '1'], [200, '0'], [429, '0'], [200, '1']]);
+    ).toEqual([
+      [200, '1'],
+      [200, '0'],
+      [429, '0'],
+      [200, '1'],
+    ]);
     const keys = await keysUnder(client, `${prefix}{key`);
     expect(keys).toEqual(
       [`${prefix}{key:${sha(apiKey)}}:HostileController.apiKey`, `${prefix}{key:${sha(neighbour)}}:HostileController.apiKey`].sort(),
@@ -84,9 +89,26 @@ describe.each(PLATFORMS)('hostile and odd input on %s', (platform) => {
   });
 
   const hostile = [
-    '{', '}', '{}', 'a{b}c', 'x}:HostileController.ip', '}{', 'line1\nline2', 'line1\r\nline2', '\u0000',
-    '\u0000\u0000', 'tab\there', 'ünïcödé', '日本語', '👍🏽', 'a b', '%00', 'plain:with:colons@x.y',
-    'x'.repeat(64), 'x'.repeat(65), 'x'.repeat(8 * 1024),
+    '{',
+    '}',
+    '{}',
+    'a{b}c',
+    'x}:HostileController.ip',
+    '}{',
+    'line1\nline2',
+    'line1\r\nline2',
+    '\u0000',
+    '\u0000\u0000',
+    'tab\there',
+    'ünïcödé',
+    '日本語',
+    '👍🏽',
+    'a b',
+    '%00',
+    'plain:with:colons@x.y',
+    'x'.repeat(64),
+    'x'.repeat(65),
+    'x'.repeat(8 * 1024),
   ];
 
   it(`gives each of ${hostile.length} identities with braces, colons, newlines, NUL, non-ASCII or excess length one bounded key of its own`, async () => {
@@ -110,13 +132,23 @@ describe.each(PLATFORMS)('hostile and odd input on %s', (platform) => {
         [`/hostile/custom?id=${encodeURIComponent('x}:HostileController.ip')}`],
         ['/hostile/ip'],
       ]),
-    ).toEqual([[200, '0'], [429, '0'], [200, '0'], [200, '0'], [429, '0'], [200, '1']]);
+    ).toEqual([
+      [200, '0'],
+      [429, '0'],
+      [200, '0'],
+      [200, '0'],
+      [429, '0'],
+      [200, '1'],
+    ]);
   });
 
   it('keeps a keyBy value that spells an IP identity out of that IP bucket, even in a shared named bucket', async () => {
     const spelled = `/hostile/shared-custom?id=${encodeURIComponent(IP)}`;
     expect(await statuses(app, [[spelled], [spelled], [spelled], ['/hostile/shared-ip']])).toEqual([
-      [200, '1'], [200, '0'], [429, '0'], [200, '1'],
+      [200, '1'],
+      [200, '0'],
+      [429, '0'],
+      [200, '1'],
     ]);
     expect(await keysUnder(client, `${prefix}{`).then((keys) => keys.filter((k) => k.endsWith(':shared')))).toEqual(
       [`${prefix}{id:${IP}}:shared`, `${prefix}{${IP}}:shared`].sort(),
@@ -133,7 +165,14 @@ describe.each(PLATFORMS)('hostile and odd input on %s', (platform) => {
         ['/hostile/user', { 'x-user-throw': '1' }],
         ['/hostile/user', { 'x-user': '{admin}:é' }],
       ]),
-    ).toEqual([[200, '1'], [200, '1'], [200, '1'], [200, '0'], [429, '0'], [200, '1']]);
+    ).toEqual([
+      [200, '1'],
+      [200, '1'],
+      [200, '1'],
+      [200, '0'],
+      [429, '0'],
+      [200, '1'],
+    ]);
     const keys = await keysUnder(client, prefix);
     expect(keys).toContain(`${prefix}{${IP}}:HostileController.apiKey`);
     expect(keys).toContain(`${prefix}{${IP}}:HostileController.custom`);
@@ -144,7 +183,10 @@ describe.each(PLATFORMS)('hostile and odd input on %s', (platform) => {
 
   it('answers a keyBy function that throws, rejects, hangs or returns a non-string from the IP bucket, never with a 500', async () => {
     const kinds = ['throw', 'reject', 'number', 'object', 'array', 'null', 'undefined', 'empty', 'boolean', 'hang'];
-    const seen = await statuses(app, kinds.map((kind) => [`/hostile/misbehaving?kind=${kind}`] as [string]));
+    const seen = await statuses(
+      app,
+      kinds.map((kind) => [`/hostile/misbehaving?kind=${kind}`] as [string]),
+    );
     // One bucket for all ten (the one that never answers after timeoutMs): two allowed, then denied.
     expect(seen).toEqual([[200, '1'], [200, '0'], ...kinds.slice(2).map(() => [429, '0'])]);
     expect((await keysUnder(client, prefix)).filter((k) => k.endsWith(':HostileController.misbehaving'))).toEqual([
@@ -159,7 +201,11 @@ describe.each(PLATFORMS)('hostile and odd input on %s', (platform) => {
         ['/hostile/ip', { 'x-forwarded-for': '203.0.113.2' }],
         ['/hostile/ip', { 'x-forwarded-for': '2001:db8::1, 203.0.113.3' }],
       ]),
-    ).toEqual([[200, '0'], [429, '0'], [429, '0']]);
+    ).toEqual([
+      [200, '0'],
+      [429, '0'],
+      [429, '0'],
+    ]);
     expect((await keysUnder(client, prefix)).filter((k) => k.endsWith(':HostileController.ip'))).toEqual([
       `${prefix}{${IP}}:HostileController.ip`,
     ]);
@@ -174,7 +220,13 @@ describe.each(PLATFORMS)('hostile and odd input on %s', (platform) => {
         ['/hostile/ip', { 'x-forwarded-for': '203.0.113.2' }],
         ['/hostile/ip', { 'x-forwarded-for': '::ffff:203.0.113.2' }],
       ]),
-    ).toEqual([[200, '1'], [200, '0'], [429, '0'], [200, '1'], [200, '0']]);
+    ).toEqual([
+      [200, '1'],
+      [200, '0'],
+      [429, '0'],
+      [200, '1'],
+      [200, '0'],
+    ]);
     expect(await keysUnder(client, `${trustedPrefix}{ip:203.`)).toEqual([
       `${trustedPrefix}{ip:203.0.113.1}:HostileController.ip`,
       `${trustedPrefix}{ip:203.0.113.2}:HostileController.ip`,
@@ -189,7 +241,12 @@ describe.each(PLATFORMS)('hostile and odd input on %s', (platform) => {
         ['/hostile/ip', { 'x-forwarded-for': '2001:0db8:00aa:0001:0:0:0:42' }],
         ['/hostile/ip', { 'x-forwarded-for': '2001:db8:aa:2::1' }],
       ]),
-    ).toEqual([[200, '1'], [200, '0'], [429, '0'], [200, '1']]);
+    ).toEqual([
+      [200, '1'],
+      [200, '0'],
+      [429, '0'],
+      [200, '1'],
+    ]);
     const keys = await keysUnder(client, `${trustedPrefix}{ip:2001`);
     expect(keys).toEqual([
       `${trustedPrefix}{ip:2001:db8:aa:1::}:HostileController.ip`,
@@ -255,12 +312,7 @@ describe('BucketService names from untrusted input', () => {
     for (const name of names) expect((await buckets.consume(name, policy)).allowed).toBe(true);
     for (const name of names) expect((await buckets.consume(name, policy)).allowed).toBe(false);
     const keys = await keysUnder(client, prefix);
-    expect(keys).toEqual(
-      [
-        ...names.slice(0, 4).map((name) => `${prefix}{~${sha(name)}}`),
-        `${prefix}{plain-name}`,
-      ].sort(),
-    );
+    expect(keys).toEqual([...names.slice(0, 4).map((name) => `${prefix}{~${sha(name)}}`), `${prefix}{plain-name}`].sort());
     for (const key of keys) {
       expect(key).toMatch(/^[\x21-\x7e]+$/);
       expect(key.length).toBeLessThanOrEqual(prefix.length + 2 + 64);

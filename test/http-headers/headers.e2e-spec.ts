@@ -33,10 +33,7 @@ describe.each(PLATFORMS)('rate-limit headers on %s', (platform) => {
   const apps: INestApplication[] = [];
 
   async function start(options: RateLimitModuleOptions = {}): Promise<INestApplication> {
-    const app = await createApp(
-      headersAppModule({ redis: await redisUrl(), keyPrefix: `${prefix}${apps.length}:`, ...options }),
-      platform,
-    );
+    const app = await createApp(headersAppModule({ redis: await redisUrl(), keyPrefix: `${prefix}${apps.length}:`, ...options }), platform);
     apps.push(app);
     return app;
   }
@@ -73,7 +70,8 @@ describe.each(PLATFORMS)('rate-limit headers on %s', (platform) => {
         expect(retryAfter).toBe(wait);
         return denied;
       }
-      if (attempt === ATTEMPTS) throw new Error(`inconclusive ${ATTEMPTS} times: the last scenario took ${spanMs} ms of Redis time (under 1 s needed)`);
+      if (attempt === ATTEMPTS)
+        throw new Error(`inconclusive ${ATTEMPTS} times: the last scenario took ${spanMs} ms of Redis time (under 1 s needed)`);
     }
   }
 

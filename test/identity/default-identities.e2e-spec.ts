@@ -78,7 +78,8 @@ describe.each(PLATFORMS)('identities from keys.apiKeyHeader and req.user.id on %
 
   it('reads the API key from the configured header (named in any case), one bucket per key', async () => {
     const remaining = [];
-    for (let i = 0; i < 2; i++) remaining.push((await get('/who/token', { 'x-client-token': 'alpha' }).expect(200)).headers['x-ratelimit-remaining']);
+    for (let i = 0; i < 2; i++)
+      remaining.push((await get('/who/token', { 'x-client-token': 'alpha' }).expect(200)).headers['x-ratelimit-remaining']);
     expect(remaining).toEqual(['1', '0']);
     expect((await get('/who/token', { 'x-client-token': 'alpha' }).expect(429)).headers['retry-after']).toBe('1000');
     // Another key is another bucket.

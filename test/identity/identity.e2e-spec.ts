@@ -40,8 +40,7 @@ describe.each(PLATFORMS)('identities behind passport guards on %s', (platform) =
     await client.quit();
   });
 
-  const asUser = (path: string, user: string) =>
-    request(app.getHttpServer()).get(path).set('authorization', `Bearer ${tokens[user]}`);
+  const asUser = (path: string, user: string) => request(app.getHttpServer()).get(path).set('authorization', `Bearer ${tokens[user]}`);
   const tokensAt = (key: string) => tokensOf(client, key);
 
   it('gives alice, bob and carol a bucket each behind a controller-level AuthGuard("jwt")', async () => {
@@ -64,8 +63,7 @@ describe.each(PLATFORMS)('identities behind passport guards on %s', (platform) =
   });
 
   it('counts login attempts that passport-local refuses, then refuses even the right password with 429', async () => {
-    const login = (password: string) =>
-      request(app.getHttpServer()).post('/auth/login').send({ username: 'alice', password });
+    const login = (password: string) => request(app.getHttpServer()).post('/auth/login').send({ username: 'alice', password });
     for (let attempt = 0; attempt < 3; attempt++) await login('guess').expect(401);
     const refused = await login(USERS.alice).expect(429);
     expect(Number(refused.headers['retry-after'])).toBeGreaterThanOrEqual(1);

@@ -15,7 +15,12 @@ export class LimitedController {
   /** Per-IP on the class; a per-IP and a per-tenant policy (after the guards) on the handler. */
   @Get('stacked')
   @RateLimit({ capacity: 4, refillPerSecond: 0.001, keyBy: 'ip', name: 'stacked-ip' })
-  @RateLimit({ capacity: 3, refillPerSecond: 0.001, keyBy: (ctx) => ctx.switchToHttp().getRequest().headers['x-tenant'], name: 'stacked-tenant' })
+  @RateLimit({
+    capacity: 3,
+    refillPerSecond: 0.001,
+    keyBy: (ctx) => ctx.switchToHttp().getRequest().headers['x-tenant'],
+    name: 'stacked-tenant',
+  })
   stacked(@Req() request: Record<symbol, RateLimitState>) {
     const state = request[RATE_LIMIT_VERDICT];
     return {

@@ -26,7 +26,14 @@ describe.each(PLATFORMS)('RateLimitInterceptor on %s', (platform: Platform) => {
 
   async function start(name: string, options: RateLimitModuleOptions = {}) {
     @Module({
-      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: `${prefix}${name}:`, keys: { user: (req) => req.headers['x-user'] }, ...options })],
+      imports: [
+        RateLimitModule.forRoot({
+          redis: await redisUrl(),
+          keyPrefix: `${prefix}${name}:`,
+          keys: { user: (req) => req.headers['x-user'] },
+          ...options,
+        }),
+      ],
       controllers: [UnlimitedController, LimitedController],
     })
     class InterceptorAppModule {}

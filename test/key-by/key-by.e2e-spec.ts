@@ -95,9 +95,7 @@ describe.each(PLATFORMS)('keyBy on %s', (platform) => {
     expect((await get('/by/shared-b', headers).expect(200)).headers['x-ratelimit-remaining']).toBe('1');
     await get('/by/shared-a', headers).expect(200);
     await get('/by/shared-b', headers).expect(429);
-    expect(await keysUnder(client, `${prefix}{key:${sha('shared-key')}}:`)).toEqual([
-      `${prefix}{key:${sha('shared-key')}}:shared`,
-    ]);
+    expect(await keysUnder(client, `${prefix}{key:${sha('shared-key')}}:`)).toEqual([`${prefix}{key:${sha('shared-key')}}:shared`]);
   });
 
   it('writes every key as {prefix}{identity}:scope with the identity as the Cluster hash tag', async () => {

@@ -37,7 +37,9 @@ function marked(marker: string): { pid: number; args: string }[] {
   const needle = `${MARK}=${marker}`;
   let pids: number[];
   try {
-    pids = readdirSync('/proc').filter((name) => /^\d+$/.test(name)).map(Number);
+    pids = readdirSync('/proc')
+      .filter((name) => /^\d+$/.test(name))
+      .map(Number);
   } catch {
     const out = execFileSync('ps', ['-A', '-ww', '-E', '-o', 'pid=,command='], { encoding: 'utf8' });
     return out
@@ -114,7 +116,9 @@ describe('no process outlives a jest run', () => {
       .filter(Boolean)
       .map((line) => ({ pid: Number(line.split(' ')[0]), line }));
     reports = await Promise.all(
-      (await readdir(reportDir)).filter((name) => name.endsWith('.json')).map(async (name) => JSON.parse(await readFile(join(reportDir, name), 'utf8')) as LeakReport),
+      (await readdir(reportDir))
+        .filter((name) => name.endsWith('.json'))
+        .map(async (name) => JSON.parse(await readFile(join(reportDir, name), 'utf8')) as LeakReport),
     );
     // The run is over when its jest process has exited; give a jest worker it killed a moment to go.
     for (let waited = 0; waited <= 2_000; waited += 100) {

@@ -72,7 +72,11 @@ describe.each([false, true])('@RateLimit in a hybrid app, connectMicroservice() 
   });
 
   it('10 parallel sends of one tenant: exactly 3 answers, 7 RATE_LIMITED errors, each message decided once', async () => {
-    const outcomes = await sendAll(client!, { cmd: 'burst' }, times(10, (n: number) => ({ tenant: 'acme', n })));
+    const outcomes = await sendAll(
+      client!,
+      { cmd: 'burst' },
+      times(10, (n: number) => ({ tenant: 'acme', n })),
+    );
     expect(answers(outcomes)).toHaveLength(3);
     expect(errors(outcomes)).toEqual(Array(7).fill(RATE_LIMITED));
     for (const error of errors(outcomes)) expectWholeSeconds(error);

@@ -122,7 +122,11 @@ describe('@RateLimit on a TCP microservice', () => {
   });
 
   it('10 parallel sends of one tenant: exactly 3 answers, 7 errors with the RATE_LIMITED payload', async () => {
-    const outcomes = await sendAll(running.client, { cmd: 'burst' }, times(10, (n: number) => ({ tenant: 'acme', n })));
+    const outcomes = await sendAll(
+      running.client,
+      { cmd: 'burst' },
+      times(10, (n: number) => ({ tenant: 'acme', n })),
+    );
     expect(answers(outcomes)).toHaveLength(3);
     expect(handled.burst).toHaveLength(3);
     for (const answer of answers(outcomes)) expect(answer).toEqual({ tenant: 'acme', n: expect.any(Number) });
@@ -140,7 +144,11 @@ describe('@RateLimit on a TCP microservice', () => {
 
   it('different tenants get separate buckets: 3 each of interleaved parallel sends', async () => {
     const tenants = ['globex', 'initech'];
-    const outcomes = await sendAll(running.client, { cmd: 'burst' }, times(12, (n: number) => ({ tenant: tenants[n % 2], n })));
+    const outcomes = await sendAll(
+      running.client,
+      { cmd: 'burst' },
+      times(12, (n: number) => ({ tenant: tenants[n % 2], n })),
+    );
     for (const tenant of tenants) {
       expect(answers(outcomes).filter((a) => (a as Job).tenant === tenant)).toHaveLength(3);
     }
@@ -165,7 +173,11 @@ describe('@RateLimit on a TCP microservice', () => {
     const audit = () => decisions.filter((d) => d.route === 'TcpHandlers.audit');
     await until(() => audit().length, 5, 'decisions of TcpHandlers.audit');
     expect(handled.audit).toHaveLength(2);
-    expect(audit().map((d) => d.outcome).sort()).toEqual(['allowed', 'allowed', 'denied', 'denied', 'denied']);
+    expect(
+      audit()
+        .map((d) => d.outcome)
+        .sort(),
+    ).toEqual(['allowed', 'allowed', 'denied', 'denied', 'denied']);
     for (const denied of audit().filter((d) => d.outcome === 'denied')) {
       expect(denied).toMatchObject({ scope: 'TcpHandlers.audit', source: 'store', limit: 2, remaining: 0, retryAfterSeconds: 100 });
       expect(denied.context.getType()).toBe('rpc');
@@ -178,11 +190,19 @@ describe('@RateLimit on a TCP microservice', () => {
     const scope = RateLimitMetricAttributes.scope;
     expect(counts.filter((c) => c.attributes[scope] === 'TcpHandlers.audit')).toEqual([
       {
-        attributes: { [scope]: 'TcpHandlers.audit', [RateLimitMetricAttributes.outcome]: 'allowed', [RateLimitMetricAttributes.source]: 'store' },
+        attributes: {
+          [scope]: 'TcpHandlers.audit',
+          [RateLimitMetricAttributes.outcome]: 'allowed',
+          [RateLimitMetricAttributes.source]: 'store',
+        },
         value: 2,
       },
       {
-        attributes: { [scope]: 'TcpHandlers.audit', [RateLimitMetricAttributes.outcome]: 'denied', [RateLimitMetricAttributes.source]: 'store' },
+        attributes: {
+          [scope]: 'TcpHandlers.audit',
+          [RateLimitMetricAttributes.outcome]: 'denied',
+          [RateLimitMetricAttributes.source]: 'store',
+        },
         value: 3,
       },
     ]);

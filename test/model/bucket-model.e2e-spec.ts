@@ -95,7 +95,6 @@ function sameField(actual: number | undefined, expected: number | undefined): bo
   return close(actual, expected);
 }
 
-
 /** A damaged value, as written into Redis (a string) and into the memory store (a number, or text as is). */
 interface Written {
   model: number;
@@ -247,13 +246,18 @@ class RedisLane implements Lane {
       const fields = Object.keys(hash).sort().join(',');
       const wanted = (['b', 'tokens', 'ts'] as const).filter((f) => entry[f] !== undefined).join(',');
       if (fields !== wanted) fail('hash fields differ from the model (a partial write?)', detail);
-      if (!sameField(storedNumber(hash.tokens), entry.tokens) || !sameField(storedNumber(hash.ts), entry.ts) || !sameField(storedNumber(hash.b), entry.b)) {
+      if (
+        !sameField(storedNumber(hash.tokens), entry.tokens) ||
+        !sameField(storedNumber(hash.ts), entry.ts) ||
+        !sameField(storedNumber(hash.b), entry.b)
+      ) {
         fail('stored bucket differs from the model', detail);
       }
       if (ttlSet !== undefined) {
         // The model's expiry (the longer of what the key had and what this call asked), as set before the call.
         const left = entry.expiresAt! - now;
-        if (!(pttl <= left + SLACK_MS + 1 && pttl >= left - elapsed - 2)) fail('the TTL the script set differs from the model', { ...detail, left });
+        if (!(pttl <= left + SLACK_MS + 1 && pttl >= left - elapsed - 2))
+          fail('the TTL the script set differs from the model', { ...detail, left });
       } else if (entry.expiresAt === undefined) {
         if (pttl !== -1) fail('a TTL on a key the model has without one', detail);
       } else if (pttl < 0) {
@@ -280,7 +284,11 @@ class RedisLane implements Lane {
   private async writeBack(key: string, entry: ModelEntry): Promise<void> {
     const args: string[] = [];
     for (const field of ['tokens', 'ts', 'b'] as const) if (entry[field] !== undefined) args.push(field, String(entry[field]));
-    await this.client.multi().hset(key, ...args).pexpire(key, REAL_TTL_MS).exec();
+    await this.client
+      .multi()
+      .hset(key, ...args)
+      .pexpire(key, REAL_TTL_MS)
+      .exec();
   }
 }
 
@@ -304,11 +312,19 @@ class SharedCallLane extends RedisLane {
     super(client, store, 'lua-shared');
   }
 
-  protected override async decide(requests: ModelRequest[], mode: ModelMode, now: number, step: number): Promise<TakeResult & PenaltyReport> {
+  protected override async decide(
+    requests: ModelRequest[],
+    mode: ModelMode,
+    now: number,
+    step: number,
+  ): Promise<TakeResult & PenaltyReport> {
     const { key: _key, cost: _cost, ...own } = requests[0];
     const policy = step % 2 === 0 ? own : this.other;
     const before: SharedDecision = { requests: [{ key: this.neighbour, ...policy, cost: 0 }], mode: 'take' };
-    const after: SharedDecision = { requests: [{ key: `${this.neighbour}:after`, ...policy, cost: 1 }], mode: step % 3 === 0 ? 'peek' : 'take' };
+    const after: SharedDecision = {
+      requests: [{ key: `${this.neighbour}:after`, ...policy, cost: 1 }],
+      mode: step % 3 === 0 ? 'peek' : 'take',
+    };
     const shared = (this.store as unknown as { decide: SharedDecide }).decide.bind(this.store);
     const results = await shared([before, { requests, mode }, after], now);
     for (const result of results) if (result instanceof Error) throw result;
@@ -421,7 +437,14 @@ class DenyCacheCheck {
     // then depend on its cost (issue 22), so a bound learned from another cost may be below them.
     const wrong = truth.allowed || denied.some((most, i) => !truth.running[i] && most < truth.tokens[i] && !close(most, truth.tokens[i]));
     if (wrong) {
-      if (!this.isExcused(requests)) fail('the deny cache denies what the model allows (or bounds it below the model)', { step, requests, denied, truth, clock: this.clock });
+      if (!this.isExcused(requests))
+        fail('the deny cache denies what the model allows (or bounds it below the model)', {
+          step,
+          requests,
+          denied,
+          truth,
+          clock: this.clock,
+        });
       this.excused++;
     }
     return true;
@@ -429,7 +452,6 @@ class DenyCacheCheck {
 }
 
 // ---------------------------------------------------------------------------------------------------
-
 
 describe('the token bucket against a reference model (fast-check)', () => {
   const prefix = testPrefix('model');

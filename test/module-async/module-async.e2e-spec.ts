@@ -2,12 +2,7 @@ import { Injectable, Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
-import {
-  BucketService,
-  RateLimitModule,
-  type RateLimitModuleOptions,
-  type RateLimitOptionsFactory,
-} from 'nest-redis-rate-limit';
+import { BucketService, RateLimitModule, type RateLimitModuleOptions, type RateLimitOptionsFactory } from 'nest-redis-rate-limit';
 import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../support/redis.js';
 
 const POLICY = { capacity: 2, refillPerSecond: 0.01 };
@@ -78,10 +73,8 @@ describe('RateLimitModule.forRoot / forRootAsync', () => {
         return { redis: url, keyPrefix };
       }
     }
-    const result = await exercise(
-      [RateLimitModule.forRootAsync({ useClass: RateLimitConfig })],
-      keyPrefix,
-      (ref) => ref.get(BucketService),
+    const result = await exercise([RateLimitModule.forRootAsync({ useClass: RateLimitConfig })], keyPrefix, (ref) =>
+      ref.get(BucketService),
     );
     expect(result.third.allowed).toBe(false);
     expect(result.keys).toEqual([`${keyPrefix}{quota}`]);

@@ -130,9 +130,7 @@ describe.each(PLATFORMS)('several policies on one route decide as one on %s', (p
     expect(unnamed.headers['ratelimit-policy']).toBe(
       '"MultiPolicyController.unnamed#0";q=5;w=500, "MultiPolicyController.unnamed#1";q=2;w=200',
     );
-    expect(unnamed.headers['ratelimit']).toBe(
-      '"MultiPolicyController.unnamed#0";r=4;t=100, "MultiPolicyController.unnamed#1";r=1;t=100',
-    );
+    expect(unnamed.headers['ratelimit']).toBe('"MultiPolicyController.unnamed#0";r=4;t=100, "MultiPolicyController.unnamed#1";r=1;t=100');
   });
 });
 

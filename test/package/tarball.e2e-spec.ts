@@ -55,17 +55,30 @@ describe('the packed tarball', () => {
     const cjs = await extract('dist/cjs/index.js');
     expect(cjs).toMatch(/^"use strict";/);
     expect(cjs).not.toMatch(/^export /m);
-    const names = [...cjs.matchAll(/^Object\.defineProperty\(exports, "(\w+)"/gm)].map((m) => m[1]!).filter((name) => name !== '__esModule').sort();
+    const names = [...cjs.matchAll(/^Object\.defineProperty\(exports, "(\w+)"/gm)]
+      .map((m) => m[1]!)
+      .filter((name) => name !== '__esModule')
+      .sort();
     expect(names).toContain('RateLimitException');
     const esm = await extract('dist/esm/index.js');
     expect(esm).toMatch(/^import build from '\.\.\/cjs\/index\.js';$/m);
-    const exported = /export const \{([^}]*)\} = build;/.exec(esm)?.[1]?.split(',').map((name) => name.trim()).filter(Boolean);
+    const exported = /export const \{([^}]*)\} = build;/
+      .exec(esm)?.[1]
+      ?.split(',')
+      .map((name) => name.trim())
+      .filter(Boolean);
     expect(exported).toEqual(names);
     expect(await extract('dist/esm/index.d.ts')).toMatch(/^export \* from '\.\.\/cjs\/index\.js';$/m);
     // The testing subpath the same way: one implementation, its names re-exported.
     const testing = await extract('dist/esm/testing/index.js');
     expect(testing).toMatch(/^import build from '\.\.\/\.\.\/cjs\/testing\/index\.js';$/m);
-    expect(/export const \{([^}]*)\} = build;/.exec(testing)?.[1]?.split(',').map((name) => name.trim()).filter(Boolean)).toEqual(['verifyBucketStore']);
+    expect(
+      /export const \{([^}]*)\} = build;/
+        .exec(testing)?.[1]
+        ?.split(',')
+        .map((name) => name.trim())
+        .filter(Boolean),
+    ).toEqual(['verifyBucketStore']);
   });
 
   it('has types that resolve for require() and import under node10, node16 and bundler resolution (@arethetypeswrong/cli finds no problem)', async () => {
@@ -122,14 +135,12 @@ describe('the packed tarball', () => {
       }
     }
     const parse = (version: string) => version.split('.').map(Number) as [number, number, number];
-    const atLeast = (a: number[], b: number[]) =>
-      a[0]! > b[0]! || (a[0] === b[0] && (a[1]! > b[1]! || (a[1] === b[1] && a[2]! >= b[2]!)));
+    const atLeast = (a: number[], b: number[]) => a[0]! > b[0]! || (a[0] === b[0] && (a[1]! > b[1]! || (a[1] === b[1] && a[2]! >= b[2]!)));
     for (const [name, range] of Object.entries(PROVEN_PEERS)) {
       const floors = range.split(' || ').map((part) => parse(part.replace(/^\^/, '')));
       const pinned = [...(pins.get(name) ?? [])].map(parse);
       // Caret ranges below 1.0 pin the minor too (^0.2.0 is >=0.2.0 <0.3.0).
-      const sameLine = (floor: number[], version: number[]) =>
-        floor[0] === version[0] && (floor[0] !== 0 || floor[1] === version[1]);
+      const sameLine = (floor: number[], version: number[]) => floor[0] === version[0] && (floor[0] !== 0 || floor[1] === version[1]);
       for (const floor of floors) {
         const line = pinned.filter((version) => sameLine(floor, version));
         const lowest = line.sort((a, b) => (atLeast(a, b) ? 1 : -1))[0];

@@ -135,7 +135,9 @@ describe.each(PLATFORMS)('penalties (blockSeconds) on %s', (platform) => {
         }
         const slowest = Math.max(...refusals.map(({ elapsedMs }) => elapsedMs));
         if (attempt === BURST_ATTEMPTS) {
-          throw new Error(`inconclusive ${BURST_ATTEMPTS} times: the slowest refusal came back ${Math.round(slowest)} ms after the burst began (1 s needed)`);
+          throw new Error(
+            `inconclusive ${BURST_ATTEMPTS} times: the slowest refusal came back ${Math.round(slowest)} ms after the burst began (1 s needed)`,
+          );
         }
       }
     });

@@ -45,7 +45,9 @@ describe.each(PLATFORMS)('per-request limits on %s', (platform) => {
 
   it('gives each user the capacity of its plan: 20 parallel requests allow exactly 5 (pro) and 2 (free)', async () => {
     const { url, keyPrefix } = await start();
-    const pro = await Promise.all(Array.from({ length: 20 }, () => request(url).get('/dyn/plan').set('x-user', 'ann').set('x-plan', 'pro')));
+    const pro = await Promise.all(
+      Array.from({ length: 20 }, () => request(url).get('/dyn/plan').set('x-user', 'ann').set('x-plan', 'pro')),
+    );
     const free = await Promise.all(Array.from({ length: 20 }, () => request(url).get('/dyn/plan').set('x-user', 'bob')));
     expect(statuses(pro)).toEqual({ 200: 5, 429: 15 });
     expect(statuses(free)).toEqual({ 200: 2, 429: 18 });
@@ -176,12 +178,42 @@ describe('per-request limits at start-up', () => {
   });
 
   it.each([
-    ['a resolve that is not a resolver class', { resolve: class NotAResolver {} }, /resolve must be a class with a resolve\(identity, context\) method .* on XController\.get/],
-    ['functions beside resolve', { resolve: class R { resolve() {} }, capacity: () => 1 }, /with resolve takes numbers, not functions/],
-    ['a fallback with half its numbers', { resolve: class R { resolve() {} }, capacity: 5 }, /refillPerSecond must be a finite number > 0 .* on XController\.get \(fallback of resolve\)/],
-    ['a fixed capacity beside a function that is not an integer', { capacity: 2.5, refillPerSecond: () => 1 }, /capacity must be an integer from 1 to 1000000000000 or a function \(got 2\.5\) on XController\.get/],
+    [
+      'a resolve that is not a resolver class',
+      { resolve: class NotAResolver {} },
+      /resolve must be a class with a resolve\(identity, context\) method .* on XController\.get/,
+    ],
+    [
+      'functions beside resolve',
+      {
+        resolve: class R {
+          resolve() {}
+        },
+        capacity: () => 1,
+      },
+      /with resolve takes numbers, not functions/,
+    ],
+    [
+      'a fallback with half its numbers',
+      {
+        resolve: class R {
+          resolve() {}
+        },
+        capacity: 5,
+      },
+      /refillPerSecond must be a finite number > 0 .* on XController\.get \(fallback of resolve\)/,
+    ],
+    [
+      'a fixed capacity beside a function that is not an integer',
+      { capacity: 2.5, refillPerSecond: () => 1 },
+      /capacity must be an integer from 1 to 1000000000000 or a function \(got 2\.5\) on XController\.get/,
+    ],
     ['a blockSeconds of 0', { capacity: 1, refillPerSecond: 1, blockSeconds: 0 }, /blockSeconds must be a number > 0/],
-    ['refundOn that is neither', { capacity: 1, refillPerSecond: 1, refundOn: 'always' }, /refundOn must be 'success', 'failure' or a function/],
+    [
+      'refundOn that is neither',
+      { capacity: 1, refillPerSecond: 1, refundOn: 'always' },
+      /refundOn must be 'success', 'failure' or a function/,
+    ],
   ])('fails the start naming the route for %s', async (_name, policy, message) => {
     @Controller('x')
     class XController {

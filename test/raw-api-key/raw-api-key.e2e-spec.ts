@@ -29,7 +29,7 @@ describe('a keyBy apiKey policy without keys.apiKey', () => {
       "keyBy 'apiKey' on RawKeyController.onlyKey, RawKeyController.reports, RawKeyController.shadowIp trusts the x-api-key " +
         'header as sent (keys.apiKey is not set): a client that invents a new key for each request gets a new bucket each ' +
         'time, so these routes are not limited. Set keys: { apiKey: (req) => ... } to look the key up and return undefined ' +
-        'for an unknown one (it then counts as its sender\'s IP), or stack a per-IP @RateLimit beside it',
+        "for an unknown one (it then counts as its sender's IP), or stack a per-IP @RateLimit beside it",
     ]);
   });
 

@@ -66,7 +66,9 @@ describe('what the module logs when it cannot use Redis', () => {
     });
 
     it('names the cause in the warning of a failed decision too', async () => {
-      const buckets = (await start({ host: '127.0.0.1', port: server.port, username: 'default', password: WRONG }, false)).get(BucketService);
+      const buckets = (await start({ host: '127.0.0.1', port: server.port, username: 'default', password: WRONG }, false)).get(
+        BucketService,
+      );
       const decision = await buckets.consume('connection-errors', { capacity: 2, refillPerSecond: 1 });
       expect(decision.allowed).toBe(true); // failureMode 'open'
       const failed = recorder.of('RateLimit', 'warn').filter((w) => w.startsWith('Rate-limit store failed'));

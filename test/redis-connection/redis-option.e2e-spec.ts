@@ -55,7 +55,9 @@ describe('the redis option', () => {
     expect(await startUp({ host: '10.9.8.7', prot: 6380 })).toBe(
       `RateLimitModule: redis.prot is not an ioredis RedisOptions key (did you mean "port"?); redis must be ${ACCEPTED}`,
     );
-    expect(await startUp({ host: '10.9.8.7', passwrd: 'x' })).toContain('redis.passwrd is not an ioredis RedisOptions key (did you mean "password"?)');
+    expect(await startUp({ host: '10.9.8.7', passwrd: 'x' })).toContain(
+      'redis.passwrd is not an ioredis RedisOptions key (did you mean "password"?)',
+    );
     expect(await startUp({ hostname: '10.9.8.7' })).toContain('redis.hostname is not an ioredis RedisOptions key (did you mean "host"?)');
     expect(await startUp({ zzz: 1 })).toBe(`RateLimitModule: redis.zzz is not an ioredis RedisOptions key; redis must be ${ACCEPTED}`);
   });

@@ -37,7 +37,13 @@ describe('a start that fails on a rate-limit check', () => {
     const name = `${prefix.replace(/[^A-Za-z0-9-]/g, '-')}${cases++}`;
     const url = new URL(await redisUrl());
     @Module({
-      imports: [RateLimitModule.forRoot({ redis: { host: url.hostname, port: Number(url.port || 6379), connectionName: name }, keyPrefix: prefix, ...options })],
+      imports: [
+        RateLimitModule.forRoot({
+          redis: { host: url.hostname, port: Number(url.port || 6379), connectionName: name },
+          keyPrefix: prefix,
+          ...options,
+        }),
+      ],
       controllers: [controller],
     })
     class AppModule {}
@@ -51,7 +57,9 @@ describe('a start that fails on a rate-limit check', () => {
     const name = `${prefix.replace(/[^A-Za-z0-9-]/g, '-')}running`;
     const url = new URL(await redisUrl());
     const moduleRef = await Test.createTestingModule({
-      imports: [RateLimitModule.forRoot({ redis: { host: url.hostname, port: Number(url.port || 6379), connectionName: name }, keyPrefix: prefix })],
+      imports: [
+        RateLimitModule.forRoot({ redis: { host: url.hostname, port: Number(url.port || 6379), connectionName: name }, keyPrefix: prefix }),
+      ],
     }).compile();
     const app = moduleRef.createNestApplication({ logger: false });
     await app.init();

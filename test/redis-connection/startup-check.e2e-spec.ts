@@ -23,7 +23,10 @@ describe('the start-up check of the Redis connection', () => {
   let recorder: LogRecorder;
   let moduleRef: TestingModule | undefined;
 
-  async function start(redis: RateLimitModuleOptions['redis'], options: Partial<RateLimitModuleOptions> = {}): Promise<{ ms: number; error?: Error }> {
+  async function start(
+    redis: RateLimitModuleOptions['redis'],
+    options: Partial<RateLimitModuleOptions> = {},
+  ): Promise<{ ms: number; error?: Error }> {
     recorder = new LogRecorder();
     moduleRef = await Test.createTestingModule({
       imports: [RateLimitModule.forRoot({ redis, failureMode: 'open', keyPrefix: 'startup-check:', ...options })],
@@ -87,7 +90,9 @@ describe('the start-up check of the Redis connection', () => {
     it('fails app.init() when no password is given (NOAUTH)', async () => {
       const { error } = await start({ host: '127.0.0.1', port: server.port });
       expect(error?.message).toMatch(
-        new RegExp(`^RateLimitModule cannot start: Redis at 127\\.0\\.0\\.1:${server.port} refused the credentials: authentication required: the server asks for a password and none was given \\(NOAUTH`),
+        new RegExp(
+          `^RateLimitModule cannot start: Redis at 127\\.0\\.0\\.1:${server.port} refused the credentials: authentication required: the server asks for a password and none was given \\(NOAUTH`,
+        ),
       );
       expect(await connectionsDuring(server, 700)).toBe(0);
     });
@@ -105,7 +110,9 @@ describe('the start-up check of the Redis connection', () => {
     it('fails app.init() when the user may not run a command of the script, seen on a probe key', async () => {
       const { error } = await start({ host: '127.0.0.1', port: server.port, username: 'read-only', password: 'user-pass' });
       expect(error?.message).toMatch(
-        new RegExp(`^RateLimitModule cannot start: Redis at 127\\.0\\.0\\.1:${server.port} does not let user "read-only" run the rate limiter's commands \\(.*\\); grant them: ACL SETUSER read-only`),
+        new RegExp(
+          `^RateLimitModule cannot start: Redis at 127\\.0\\.0\\.1:${server.port} does not let user "read-only" run the rate limiter's commands \\(.*\\); grant them: ACL SETUSER read-only`,
+        ),
       );
     });
 
@@ -135,9 +142,36 @@ describe('the start-up check of the Redis connection', () => {
 
   it('fails app.init() when the TLS certificate does not verify, naming host:port', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'rl-tls-'));
-    execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'), '-days', '1', '-subj', '/CN=localhost'], { stdio: 'ignore' });
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'rsa:2048',
+        '-nodes',
+        '-keyout',
+        join(dir, 'key.pem'),
+        '-out',
+        join(dir, 'cert.pem'),
+        '-days',
+        '1',
+        '-subj',
+        '/CN=localhost',
+      ],
+      { stdio: 'ignore' },
+    );
     const tlsPort = await freePort();
-    const server = await RedisServer.start(['--tls-port', String(tlsPort), '--tls-cert-file', join(dir, 'cert.pem'), '--tls-key-file', join(dir, 'key.pem'), '--tls-auth-clients', 'no']);
+    const server = await RedisServer.start([
+      '--tls-port',
+      String(tlsPort),
+      '--tls-cert-file',
+      join(dir, 'cert.pem'),
+      '--tls-key-file',
+      join(dir, 'key.pem'),
+      '--tls-auth-clients',
+      'no',
+    ]);
     try {
       const { ms, error } = await start(`rediss://127.0.0.1:${tlsPort}`);
       expect(ms).toBeLessThan(2000);
@@ -163,7 +197,9 @@ describe('the start-up check of the Redis connection', () => {
 
   it("fails app.init() on a host that does not resolve under startupCheck: 'strict'", async () => {
     const { error } = await start('redis://no-such-host.invalid:6390', { startupCheck: 'strict' });
-    expect(error?.message).toMatch(/^RateLimitModule cannot start: Redis at no-such-host\.invalid:6390 is not reachable: host not found \(getaddrinfo (ENOTFOUND|EAI_AGAIN)/);
+    expect(error?.message).toMatch(
+      /^RateLimitModule cannot start: Redis at no-such-host\.invalid:6390 is not reachable: host not found \(getaddrinfo (ENOTFOUND|EAI_AGAIN)/,
+    );
   });
 
   it('starts under failureMode when the connection is refused, with an error-level line', async () => {

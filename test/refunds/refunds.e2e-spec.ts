@@ -57,9 +57,7 @@ describe.each(PLATFORMS)('refunds by outcome on %s', (platform) => {
 
   it('lets exactly 3 of 20 parallel failed logins through, and refunds none of them', async () => {
     const { url, keyPrefix } = await start();
-    const responses = await Promise.all(
-      Array.from({ length: 20 }, () => request(url).post('/refunds/login').send({ password: 'wrong' })),
-    );
+    const responses = await Promise.all(Array.from({ length: 20 }, () => request(url).post('/refunds/login').send({ password: 'wrong' })));
     const statuses = responses.map((r) => r.status).sort();
     expect(statuses.filter((s) => s === 401)).toHaveLength(3);
     expect(statuses.filter((s) => s === 429)).toHaveLength(17);
@@ -116,7 +114,9 @@ describe.each(PLATFORMS)('refunds by outcome on %s', (platform) => {
     await request(url).get('/refunds/broken').expect(200);
     await request(url).get('/refunds/broken').expect(200);
     await request(url).get('/refunds/broken').expect(429);
-    expect(logs.of('RateLimit', 'warn').some((m) => m.includes('refundOn of RefundsController.broken') && m.includes('refundOn bug'))).toBe(true);
+    expect(logs.of('RateLimit', 'warn').some((m) => m.includes('refundOn of RefundsController.broken') && m.includes('refundOn bug'))).toBe(
+      true,
+    );
   });
 
   it('refunds the buckets of both phases on success, and neither on failure', async () => {

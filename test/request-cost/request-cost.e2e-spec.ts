@@ -102,7 +102,10 @@ describe.each(PLATFORMS)('a cost computed from the request on %s', (platform: Pl
     }
     // Nothing was taken by the refused requests: the bucket does not exist yet.
     expect(await client.exists(ipKey('CostController.search'))).toBe(0);
-    const valid = await request(url).post('/cost/search').send({ queries: [1, 2, 3] }).expect(201);
+    const valid = await request(url)
+      .post('/cost/search')
+      .send({ queries: [1, 2, 3] })
+      .expect(201);
     expect(valid.headers['x-ratelimit-remaining']).toBe('97');
     // Logged once for the route, for its developer: the body is the client's, the function is theirs.
     const warned = logs.of('RateLimit', 'warn').filter((m) => m.includes('CostController.search'));

@@ -110,7 +110,9 @@ describe('the resolver cache', () => {
     // the app's per-request garbage, the same with one identity and no cache.
     const perEntry = (held - heap()) / (count + 50);
     const growth = (held - before) / count;
-    console.log(`resolver cache: ${Math.round(perEntry)} B of heap per cached identity of 15 KB; the process grew ${Math.round(growth)} B per request`);
+    console.log(
+      `resolver cache: ${Math.round(perEntry)} B of heap per cached identity of 15 KB; the process grew ${Math.round(growth)} B per request`,
+    );
     expect(perEntry).toBeGreaterThan(0);
     // About 0.5 KB on a quiet machine (an entry, its key of at most ~60 characters, the answer); up to 2 KB
     // seen beside parallel work, from what the rest of the process frees meanwhile. A cache that kept the

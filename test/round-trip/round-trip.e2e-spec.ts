@@ -27,9 +27,7 @@ class CommandLog {
     const monitor = await connection.monitor();
     const address = /addr=(\S+)/.exec(String(await client.client('INFO')))![1];
     const log = new CommandLog(connection, monitor, client, address);
-    monitor.on('monitor', (_time: string, args: unknown[], source: string) =>
-      log.seen.push({ args: args.map(String), source }),
-    );
+    monitor.on('monitor', (_time: string, args: unknown[], source: string) => log.seen.push({ args: args.map(String), source }));
     return log;
   }
 
@@ -138,9 +136,7 @@ describe.each(PLATFORMS)('one round trip per decision on %s', (platform) => {
 
   it('decides policies on different identities (IP and API key) in the same single EVALSHA', async () => {
     let statuses: number[] = [];
-    const counted = await measure(
-      async () => (statuses = await hit('/rt/mixed', N, { 'x-api-key': 'round-trip-key' })),
-    );
+    const counted = await measure(async () => (statuses = await hit('/rt/mixed', N, { 'x-api-key': 'round-trip-key' })));
     expect(statuses).toEqual(new Array(N).fill(200));
     expect(counted).toEqual({ sent: new Array(N).fill('evalsha'), evalsha: N, eval: 0 });
     const keys = await keysUnder(client, prefix);

@@ -115,20 +115,17 @@ describe.each(PLATFORMS)('route buckets by identity on %s', (platform: Platform)
   it.each([
     ['/buckets/ip', { 'x-forwarded-for': '203.0.113.12' }, IP_SCOPE, { ip: '203.0.113.12' }, 'ip:203.0.113.12'],
     ['/buckets/login', { 'x-user': 'grace' }, 'login', { user: 'grace' }, 'user:grace'],
-  ] as const)(
-    'does not let the deny cache answer for a bucket resetRoute made full (%s)',
-    async (path, headers, scope, who, identity) => {
-      await drain(path, headers);
-      // Behind the module's back: Redis would now allow (the bucket is gone), yet this instance still
-      // refuses, from its deny cache — which is what resetRoute() must clear.
-      expect(await client.del(key(identity, scope))).toBe(1);
-      expect(await buckets.peekRoute(scope, who)).toMatchObject({ allowed: true, remaining: 2 });
-      await get(path, headers).expect(429);
+  ] as const)('does not let the deny cache answer for a bucket resetRoute made full (%s)', async (path, headers, scope, who, identity) => {
+    await drain(path, headers);
+    // Behind the module's back: Redis would now allow (the bucket is gone), yet this instance still
+    // refuses, from its deny cache — which is what resetRoute() must clear.
+    expect(await client.del(key(identity, scope))).toBe(1);
+    expect(await buckets.peekRoute(scope, who)).toMatchObject({ allowed: true, remaining: 2 });
+    await get(path, headers).expect(429);
 
-      await buckets.resetRoute(scope, who);
-      await get(path, headers).expect(200);
-    },
-  );
+    await buckets.resetRoute(scope, who);
+    await get(path, headers).expect(200);
+  });
 
   it('treats an IPv4-mapped address as the IPv4 client, as the limiter does', async () => {
     const retry = await drain('/buckets/ip', { 'x-forwarded-for': '::ffff:198.51.100.7' });
@@ -196,7 +193,11 @@ describe.each(PLATFORMS)('route buckets by identity on %s', (platform: Platform)
     const headers = { 'x-forwarded-for': '203.0.113.50' };
     const retry = await drain('/buckets/penalised', headers);
     expect(retry).toBe(30);
-    expect(await buckets.peekRoute('penalised', { ip: '203.0.113.50' })).toMatchObject({ allowed: false, remaining: 0, retryAfterSeconds: 30 });
+    expect(await buckets.peekRoute('penalised', { ip: '203.0.113.50' })).toMatchObject({
+      allowed: false,
+      remaining: 0,
+      retryAfterSeconds: 30,
+    });
     await buckets.resetRoute('penalised', { ip: '203.0.113.50' });
     await get('/buckets/penalised', headers).expect(200);
   });
@@ -231,7 +232,9 @@ describe.each(PLATFORMS)('route buckets by identity on %s', (platform: Platform)
     await expect(buckets.peekRoute('login', { user: '' })).rejects.toThrow(
       new Error('BucketService.peekRoute("login"): user must be a non-empty string or a finite number (got an empty string)'),
     );
-    await expect(buckets.resetRoute('login', { user: Number.NaN })).rejects.toThrow('user must be a non-empty string or a finite number (got NaN)');
+    await expect(buckets.resetRoute('login', { user: Number.NaN })).rejects.toThrow(
+      'user must be a non-empty string or a finite number (got NaN)',
+    );
   });
 
   it('asks for the numbers when the routes of a name disagree on them, or compute them per request', async () => {

@@ -5,14 +5,7 @@ import request from 'supertest';
 import { BucketService, RateLimitModule } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../support/app.js';
 import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../support/redis.js';
-import {
-  HealthController,
-  itemsController,
-  jobsController,
-  moduleNamed,
-  ordersController,
-  usersController,
-} from './scopes.controllers.js';
+import { HealthController, itemsController, jobsController, moduleNamed, ordersController, usersController } from './scopes.controllers.js';
 
 /**
  * An unnamed policy's bucket scope is `Controller.handler` while the class name is the app's only one of
@@ -62,7 +55,8 @@ describe.each(PLATFORMS)('scopes of same-named classes on %s', (platform) => {
   });
 
   const get = (path: string) => request(app.getHttpServer()).get(path);
-  const scopesInRedis = async () => (await keysUnder(client, `${prefix}{ip:127.0.0.1}:`)).map((key) => key.slice(`${prefix}{ip:127.0.0.1}:`.length));
+  const scopesInRedis = async () =>
+    (await keysUnder(client, `${prefix}{ip:127.0.0.1}:`)).map((key) => key.slice(`${prefix}{ip:127.0.0.1}:`.length));
 
   it('gives /v2/users a full bucket after /v1/users is drained (RouterModule paths), and names its scope in draft-8', async () => {
     expect((await get('/v1/users').expect(200)).body).toEqual({ tag: 'a' });

@@ -1,11 +1,5 @@
 import { Controller, Get, Module, Req } from '@nestjs/common';
-import {
-  RATE_LIMIT_VERDICT,
-  RateLimit,
-  RateLimitModule,
-  type RateLimitModuleOptions,
-  type RateLimitState,
-} from 'nest-redis-rate-limit';
+import { RATE_LIMIT_VERDICT, RateLimit, RateLimitModule, type RateLimitModuleOptions, type RateLimitState } from 'nest-redis-rate-limit';
 
 /** Never refills within a test. */
 export const SLOW = 0.001;

@@ -78,11 +78,17 @@ describe.each(PLATFORMS)('shadow mode and onDecision on %s', (platform: Platform
       expect(responses.map((r) => r.headers['x-ratelimit-limit'])).toEqual(['3', '3', '3', '3']);
       expect(responses.map((r) => r.headers['x-ratelimit-remaining'])).toEqual(['2', '1', '0', '0']);
       expect(responses[3].headers['retry-after']).toBe('1000');
-      expect(responses[0].body).toEqual({ enforced: ['mx-enf'], allowed: true, shadow: { policies: ['mx-sh'], allowed: true, remaining: [0] } });
+      expect(responses[0].body).toEqual({
+        enforced: ['mx-enf'],
+        allowed: true,
+        shadow: { policies: ['mx-sh'], allowed: true, remaining: [0] },
+      });
       expect(responses[1].body.shadow).toEqual({ policies: ['mx-sh'], allowed: false, remaining: [0] });
       expect(await tokensOf(client, key('mx-enf'))).toBeLessThan(0.05);
       expect(await tokensOf(client, key('mx-sh'))).toBeLessThan(0.05);
-      expect(recorder.of('RateLimit', 'warn').filter((line) => line.includes('Shadow policy mx-sh on ShadowController.mixed'))).toHaveLength(1);
+      expect(
+        recorder.of('RateLimit', 'warn').filter((line) => line.includes('Shadow policy mx-sh on ShadowController.mixed')),
+      ).toHaveLength(1);
     });
 
     it('module enforce: false makes every policy without its own enforce a shadow one', async () => {
@@ -123,8 +129,7 @@ describe.each(PLATFORMS)('shadow mode and onDecision on %s', (platform: Platform
 
   describe('onDecision', () => {
     /** The events without their context (checked apart). */
-    const plain = (events: RateLimitDecisionEvent[]) =>
-      events.map(({ context: _context, ...rest }) => rest);
+    const plain = (events: RateLimitDecisionEvent[]) => events.map(({ context: _context, ...rest }) => rest);
 
     it.each([true, false])('reports each decided policy once, with its outcome and source (denyCache %s)', async (denyCache) => {
       const events: RateLimitDecisionEvent[] = [];

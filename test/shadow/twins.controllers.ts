@@ -1,4 +1,14 @@
-import { type CanActivate, Controller, type ExecutionContext, Get, HttpException, Injectable, Module, Query, UseGuards } from '@nestjs/common';
+import {
+  type CanActivate,
+  Controller,
+  type ExecutionContext,
+  Get,
+  HttpException,
+  Injectable,
+  Module,
+  Query,
+  UseGuards,
+} from '@nestjs/common';
 import { RateLimit, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 
 /** Never refills within a test. */

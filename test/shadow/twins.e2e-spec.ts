@@ -29,7 +29,14 @@ describe.each(PLATFORMS)('shadow policies drain what their enforced twin does, o
 
   async function send(path: string, n: number, query = (_i: number) => ''): Promise<number[]> {
     const statuses: number[] = [];
-    for (let i = 0; i < n; i++) statuses.push((await request(url).get(`/twin/${path}${query(i)}`).set('x-user', 'u1')).status);
+    for (let i = 0; i < n; i++)
+      statuses.push(
+        (
+          await request(url)
+            .get(`/twin/${path}${query(i)}`)
+            .set('x-user', 'u1')
+        ).status,
+      );
     return statuses;
   }
 

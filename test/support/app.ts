@@ -24,10 +24,9 @@ export async function createApp(
   const { trustProxy } = platformOptions;
   const app =
     platform === 'fastify'
-      ? moduleRef.createNestApplication<NestFastifyApplication>(
-          new FastifyAdapter(trustProxy === undefined ? undefined : { trustProxy }),
-          { logger: false },
-        )
+      ? moduleRef.createNestApplication<NestFastifyApplication>(new FastifyAdapter(trustProxy === undefined ? undefined : { trustProxy }), {
+          logger: false,
+        })
       : moduleRef.createNestApplication<NestExpressApplication>({ logger: false });
   if (platform === 'express' && trustProxy !== undefined) {
     (app as NestExpressApplication).set('trust proxy', trustProxy);

@@ -26,8 +26,6 @@ const answers = sockets.map(
     }),
 );
 sockets.forEach((socket, i) =>
-  socket.write(
-    `GET /${requests[i].path} HTTP/1.1\r\nHost: localhost\r\nX-Forwarded-For: ${requests[i].ip}\r\nConnection: close\r\n\r\n`,
-  ),
+  socket.write(`GET /${requests[i].path} HTTP/1.1\r\nHost: localhost\r\nX-Forwarded-For: ${requests[i].ip}\r\nConnection: close\r\n\r\n`),
 );
 process.stdout.write(JSON.stringify(await Promise.all(answers)));

@@ -124,7 +124,13 @@ describe('findRedis: REDIS_URL (or, on a silent loopback port, a redis-server of
 
 describe('isLoopback', () => {
   it('knows the addresses of this machine from the others', () => {
-    for (const url of ['redis://127.0.0.1:1', 'redis://127.1.2.3:6379', 'redis://localhost:6380', 'redis://[::1]:6379', 'redis://:pw@127.0.0.1:6379/2']) {
+    for (const url of [
+      'redis://127.0.0.1:1',
+      'redis://127.1.2.3:6379',
+      'redis://localhost:6380',
+      'redis://[::1]:6379',
+      'redis://:pw@127.0.0.1:6379/2',
+    ]) {
       expect([url, isLoopback(url)]).toEqual([url, true]);
     }
     for (const url of ['redis://cache:6380', 'redis://10.0.0.5:6379', 'redis://128.0.0.1:6379', 'not a url']) {

@@ -10,7 +10,9 @@ const silent = { log() {}, error() {}, warn() {} };
 export async function startUp(module: Type): Promise<StartUpOutcome> {
   let moduleRef;
   try {
-    moduleRef = await Test.createTestingModule({ imports: [module] }).setLogger(silent).compile();
+    moduleRef = await Test.createTestingModule({ imports: [module] })
+      .setLogger(silent)
+      .compile();
   } catch (error) {
     return { phase: 'compile', message: (error as Error).message };
   }

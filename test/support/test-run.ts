@@ -22,7 +22,9 @@ function killLeftovers(reason: string): void {
   if (!childrenDir) return;
   const killed = killRecordedChildren(childrenDir);
   if (killed.length > 0 && process.env.RL_TEST_QUIET_TEARDOWN !== '1') {
-    process.stderr.write(`\n[test run] ${reason}: killed ${killed.length} process group(s) the tests left running:\n  ${killed.join('\n  ')}\n`);
+    process.stderr.write(
+      `\n[test run] ${reason}: killed ${killed.length} process group(s) the tests left running:\n  ${killed.join('\n  ')}\n`,
+    );
   }
 }
 

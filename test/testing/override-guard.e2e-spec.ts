@@ -101,7 +101,9 @@ describe('overrideProvider(RateLimitGuard) in a Nest testing module', () => {
     const builder = Test.createTestingModule({
       imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: `${prefix}none:`, guard: false })],
       controllers: [ByIpController],
-    }).overrideProvider(RateLimitGuard).useValue({ canActivate: () => true });
+    })
+      .overrideProvider(RateLimitGuard)
+      .useValue({ canActivate: () => true });
     app = (await builder.compile()).createNestApplication({ logger: false });
     await expect(app.init()).rejects.toThrow('no RateLimitGuard runs on ByIpController.get');
   });

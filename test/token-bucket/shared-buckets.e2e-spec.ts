@@ -100,7 +100,7 @@ describe('shared buckets and penalties: Lua script and memory store', () => {
       },
     );
 
-    it('a looser sibling does not shorten the strict bucket\'s life: drained at 3 per hour, it stays drained', async () => {
+    it("a looser sibling does not shorten the strict bucket's life: drained at 3 per hour, it stays drained", async () => {
       const store = stores[which]();
       const k = key('ttl');
       const hourly = { key: k, capacity: 3, refillPerSecond: 3 / 3600, cost: 3 };

@@ -377,7 +377,10 @@ describe('penalties (blockSeconds) in Redis and in memory', () => {
   it('a call without penalties reads no penalty field and replies as before (3 arguments per bucket)', async () => {
     const k = key('plain');
     expect(await lua.take([{ key: k, capacity: 2, refillPerSecond: 1, cost: 2 }], { now: T0 })).toEqual({ allowed: true, tokens: [0] });
-    expect(await lua.take([{ key: k, capacity: 2, refillPerSecond: 1, cost: 1, blockSeconds: 0 }], { now: T0 })).toEqual({ allowed: false, tokens: [0] });
+    expect(await lua.take([{ key: k, capacity: 2, refillPerSecond: 1, cost: 1, blockSeconds: 0 }], { now: T0 })).toEqual({
+      allowed: false,
+      tokens: [0],
+    });
     expect(await stored(k)).toEqual({ tokens: '0', ts: String(T0) });
   });
 

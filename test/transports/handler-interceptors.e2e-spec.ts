@@ -74,7 +74,13 @@ describe('interceptors on WebSocket and microservice handlers', () => {
     }
     Reflect.defineMetadata('websockets:message_mapping', true, Plain.prototype.handle);
     @Module({
-      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: testPrefix('handler-interceptors'), defaults: { capacity: 9, refillPerSecond: 1 } })],
+      imports: [
+        RateLimitModule.forRoot({
+          redis: await redisUrl(),
+          keyPrefix: testPrefix('handler-interceptors'),
+          defaults: { capacity: 9, refillPerSecond: 1 },
+        }),
+      ],
       providers: [Plain],
     })
     class DefaultsModule {}

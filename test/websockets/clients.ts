@@ -44,11 +44,7 @@ export interface IoClient {
 export type IoOptions = Partial<ManagerOptions & SocketOptions> & { localAddress?: string };
 
 /** Opens a socket.io connection (websocket transport, no reconnection) and waits until it is connected. */
-export async function ioClient(
-  url: string,
-  options: IoOptions = {},
-  opened: IoClient[] = [],
-): Promise<IoClient> {
+export async function ioClient(url: string, options: IoOptions = {}, opened: IoClient[] = []): Promise<IoClient> {
   const socket = io(url, { transports: ['websocket'], reconnection: false, forceNew: true, ...options });
   const events = new Map<string, unknown[]>();
   const client: IoClient = { socket, events, received: (event) => events.get(event) ?? [] };

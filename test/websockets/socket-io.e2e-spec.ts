@@ -210,7 +210,9 @@ describe('@RateLimit on socket.io gateways', () => {
   it("the docs' ChatGateway: emitWithAck resolves to { sent } for each of 10 allowed messages, to the refusal for the 11th", async () => {
     const guide = readFileSync(new URL('../../docs/guides/transports.md', import.meta.url), 'utf8');
     const section = /^## WebSockets\n([\s\S]*?)^## /m.exec(guide)?.[1] ?? '';
-    expect(section).toContain("@RateLimit({ capacity: 10, refillPerSecond: 1, keyBy: 'user' })\n  message(@MessageBody() text: string) {\n    return { sent: text };");
+    expect(section).toContain(
+      "@RateLimit({ capacity: 10, refillPerSecond: 1, keyBy: 'user' })\n  message(@MessageBody() text: string) {\n    return { sent: text };",
+    );
     const dana = await connect({ auth: { userId: 'dana' } });
     const answers = await acks(dana, 'message', (i) => `hi ${i}`, 11);
     expect(answers.slice(0, 10)).toEqual(Array.from({ length: 10 }, (_, i) => ({ sent: `hi ${i}` })));
@@ -330,9 +332,7 @@ describe('@RateLimit on socket.io gateways', () => {
       await until(() => client.received('exception').length, i, 'handler errors', 3000, 0);
     }
     expect(calls.refund).toBe(5);
-    expect(client.received('exception')).toEqual(
-      Array(5).fill({ status: 'error', code: 'HANDLER_FAILED', message: 'failed on purpose' }),
-    );
+    expect(client.received('exception')).toEqual(Array(5).fill({ status: 'error', code: 'HANDLER_FAILED', message: 'failed on purpose' }));
     expect(await tokensOf(redis, key)).toBeCloseTo(2, 2);
     // Successes keep their tokens: 2 of 3 then.
     const answers = await acks(client, 'refund', () => ({ fail: false }), 3);

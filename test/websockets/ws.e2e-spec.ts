@@ -125,7 +125,10 @@ async function send(client: WsClient, event: string, data: (i: number) => unknow
   for (let i = 0; i < n; i++) client.send(event, data(i));
   await until(() => client.messages.length - before, n, `answers to ${event}`);
   const answers = client.messages.slice(before);
-  return { ok: answers.filter((m) => m.event !== 'exception').map((m) => m.data), refused: answers.filter((m) => m.event === 'exception').map((m) => m.data) };
+  return {
+    ok: answers.filter((m) => m.event !== 'exception').map((m) => m.data),
+    refused: answers.filter((m) => m.event === 'exception').map((m) => m.data),
+  };
 }
 
 describe('@RateLimit on ws gateways', () => {
@@ -195,10 +198,9 @@ describe('@RateLimit on ws gateways', () => {
     const own: WsClient[] = [];
     let keyApp: INestApplication | undefined;
     try {
-      keyApp = await startApp(
-        { redis: await redisUrl(), keyPrefix: prefix, keys: { apiKey: (request) => request.client?.apiKey } },
-        [WsKeyGateway],
-      );
+      keyApp = await startApp({ redis: await redisUrl(), keyPrefix: prefix, keys: { apiKey: (request) => request.client?.apiKey } }, [
+        WsKeyGateway,
+      ]);
       const url = (await keyApp.getUrl()).replace(/^http/, 'ws') + '/keys';
       const k1 = await wsClient(url, { headers: { 'x-api-key': 'alpha-key' } }, own);
       const k2 = await wsClient(url, { headers: { 'x-api-key': 'beta-key' } }, own);

@@ -3,7 +3,12 @@
  * database and returns the account it belongs to.
  */
 export function apiKeyVerifier(list: string): (request: { headers: Record<string, unknown> }) => string | undefined {
-  const known = new Set(list.split(',').map((key) => key.trim()).filter((key) => key !== ''));
+  const known = new Set(
+    list
+      .split(',')
+      .map((key) => key.trim())
+      .filter((key) => key !== ''),
+  );
   return (request) => {
     const key = request.headers['x-api-key'];
     return typeof key === 'string' && known.has(key) ? key : undefined;

@@ -1,9 +1,5 @@
 export { RateLimitModule } from './rate-limit.module.js';
-export {
-  RATE_LIMIT_OPTIONS,
-  type RateLimitModuleAsyncOptions,
-  type RateLimitOptionsFactory,
-} from './rate-limit.module-definition.js';
+export { RATE_LIMIT_OPTIONS, type RateLimitModuleAsyncOptions, type RateLimitOptionsFactory } from './rate-limit.module-definition.js';
 export type {
   FailureMode,
   RateLimitAllowList,

@@ -9,11 +9,7 @@ export interface BucketPolicy {
 }
 
 /** Where a route policy takes the identity whose bucket it drains. */
-export type KeyBy =
-  | 'ip'
-  | 'user'
-  | 'apiKey'
-  | ((context: ExecutionContext) => string | Promise<string>);
+export type KeyBy = 'ip' | 'user' | 'apiKey' | ((context: ExecutionContext) => string | Promise<string>);
 
 /**
  * When a route policy is decided. `'before-guards'`: in `RateLimitGuard`, before the app's own guards, so

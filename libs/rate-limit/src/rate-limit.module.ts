@@ -100,8 +100,7 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
     // A test that replaced the guard with a stub switches the interceptor's policies off too.
     {
       provide: RATE_LIMIT_GUARD_REPLACED,
-      useFactory: (options: ResolvedRateLimitOptions, guard: CanActivate) =>
-        options.guard && !(RATE_LIMIT_ENHANCER in guard.constructor),
+      useFactory: (options: ResolvedRateLimitOptions, guard: CanActivate) => options.guard && !(RATE_LIMIT_ENHANCER in guard.constructor),
       inject: [RATE_LIMIT_OPTIONS, RateLimitGuard],
     },
     {

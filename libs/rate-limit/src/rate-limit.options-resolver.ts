@@ -1,12 +1,6 @@
-import {
-  DEFAULT_API_KEY_HEADER,
-  DEFAULT_KEY_PREFIX,
-  DEFAULT_RESOLVER_CACHE_MS,
-  DEFAULT_TIMEOUT_MS,
-} from './rate-limit.constants.js';
+import { DEFAULT_API_KEY_HEADER, DEFAULT_KEY_PREFIX, DEFAULT_RESOLVER_CACHE_MS, DEFAULT_TIMEOUT_MS } from './rate-limit.constants.js';
 import { isIP } from 'node:net';
 import type { RateLimitAllowList, RateLimitKeyOptions, RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
-import type { BucketStore } from './stores/bucket-store.interface.js';
 import { isStoreObject, missingStoreMembers } from './stores/custom-bucket.store.js';
 import { DEFAULT_MAX_LOCAL_BUCKETS } from './stores/memory/memory-bucket.store.js';
 import { checkRedisOption, undefinedRedisOption } from './stores/redis/redis-options.validation.js';
@@ -81,7 +75,9 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
   }
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0) {
-    throw new Error(`RateLimitModule: timeoutMs must be a finite number > 0 (got ${typeof timeoutMs === 'string' ? JSON.stringify(timeoutMs) : String(timeoutMs)})`);
+    throw new Error(
+      `RateLimitModule: timeoutMs must be a finite number > 0 (got ${typeof timeoutMs === 'string' ? JSON.stringify(timeoutMs) : String(timeoutMs)})`,
+    );
   }
   if (timeoutMs > MAX_TIMEOUT_MS) {
     // Node clamps a longer timer to 1 ms (with a TimeoutOverflowWarning each time): every decision would time out at once.
@@ -124,7 +120,9 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
   }
   const resolverCacheMs = options.resolverCacheMs ?? DEFAULT_RESOLVER_CACHE_MS;
   if (typeof resolverCacheMs !== 'number' || !Number.isFinite(resolverCacheMs) || resolverCacheMs < 0 || resolverCacheMs > MAX_TIMEOUT_MS) {
-    throw new Error(`RateLimitModule: resolverCacheMs must be a number from 0 to ${MAX_TIMEOUT_MS} (got ${JSON.stringify(resolverCacheMs)})`);
+    throw new Error(
+      `RateLimitModule: resolverCacheMs must be a number from 0 to ${MAX_TIMEOUT_MS} (got ${JSON.stringify(resolverCacheMs)})`,
+    );
   }
   const maxLocalBuckets = options.maxLocalBuckets ?? DEFAULT_MAX_LOCAL_BUCKETS;
   if (!Number.isSafeInteger(maxLocalBuckets) || maxLocalBuckets < 1 || maxLocalBuckets > MAX_LOCAL_BUCKETS) {
@@ -171,7 +169,8 @@ function resolveStore(options: RateLimitModuleOptions): ResolvedRateLimitOptions
     );
   }
   const missing = missingStoreMembers(store);
-  if (missing !== undefined) throw new Error(`RateLimitModule: store must be 'redis', 'memory' or a BucketStore; the object given lacks ${missing}`);
+  if (missing !== undefined)
+    throw new Error(`RateLimitModule: store must be 'redis', 'memory' or a BucketStore; the object given lacks ${missing}`);
   // Refused rather than ignored, as an unknown key is: a URL written beside the store would suggest the
   // limiter talks to that Redis, while the store keeps its own connection.
   if (Object.hasOwn(options, 'redis')) {
@@ -198,12 +197,17 @@ function resolveMetrics(metrics: RateLimitModuleOptions['metrics']): ResolvedRat
   if (metrics === undefined) return { mode: 'global', warn: false };
   if (metrics === true) return { mode: 'global', warn: true };
   if (metrics === false) return { mode: 'off' };
-  const meterProvider = typeof metrics === 'object' && metrics !== null ? (metrics as { meterProvider?: unknown }).meterProvider : undefined;
+  const meterProvider =
+    typeof metrics === 'object' && metrics !== null ? (metrics as { meterProvider?: unknown }).meterProvider : undefined;
   if (typeof (meterProvider as { getMeter?: unknown } | undefined)?.getMeter !== 'function') {
     const got =
       typeof metrics === 'object' && metrics !== null
-        ? Object.keys(metrics).length === 0 ? '{}' : `{ ${Object.keys(metrics).join(', ')} }`
-        : typeof metrics === 'string' ? JSON.stringify(metrics) : String(metrics);
+        ? Object.keys(metrics).length === 0
+          ? '{}'
+          : `{ ${Object.keys(metrics).join(', ')} }`
+        : typeof metrics === 'string'
+          ? JSON.stringify(metrics)
+          : String(metrics);
     throw new Error(
       'RateLimitModule: metrics must be true, false or { meterProvider } with an OpenTelemetry MeterProvider ' +
         `(an object with getMeter(), e.g. new MeterProvider() of @opentelemetry/sdk-metrics) (got ${got})`,
@@ -227,7 +231,11 @@ function resolveAllowList(allowList: RateLimitModuleOptions['allowList']): Resol
     return value;
   };
   const ips = list('ips', allowList.ips, (item) => typeof item === 'string' && isAddressOrRange(item)) as string[];
-  const users = list('users', allowList.users, (item) => (typeof item === 'string' && item !== '') || (typeof item === 'number' && Number.isFinite(item)));
+  const users = list(
+    'users',
+    allowList.users,
+    (item) => (typeof item === 'string' && item !== '') || (typeof item === 'number' && Number.isFinite(item)),
+  );
   const apiKeys = list('apiKeys', allowList.apiKeys, (item) => typeof item === 'string' && item !== '');
   return { ips, users: new Set(users.map(String)), apiKeys: new Set(apiKeys as string[]) };
 }

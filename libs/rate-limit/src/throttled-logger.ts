@@ -12,7 +12,10 @@ export class ThrottledLogger {
   private readonly last: Record<Level, number> = { warn: -Infinity, log: -Infinity };
   private readonly held: Record<Level, number> = { warn: 0, log: 0 };
 
-  constructor(context: string, private readonly intervalMs = FAILURE_LOG_INTERVAL_MS) {
+  constructor(
+    context: string,
+    private readonly intervalMs = FAILURE_LOG_INTERVAL_MS,
+  ) {
     this.logger = new Logger(context);
   }
 

@@ -94,9 +94,10 @@ export function describeConsumer(fixture: ConsumerFixture): void {
       expect(consumer!.installOutput).not.toMatch(/ERESOLVE|peer dep|invalid/i);
       // Its engines admit the running Node (npm names a package whose engines do not, e.g. file-type@22).
       expect(consumer!.installOutput).not.toMatch(/EBADENGINE[^\n]*nest-redis-rate-limit/);
-      const installed = JSON.parse(
-        await readFile(join(consumer!.dir, 'node_modules/nest-redis-rate-limit/package.json'), 'utf8'),
-      ) as { name: string; dependencies?: object };
+      const installed = JSON.parse(await readFile(join(consumer!.dir, 'node_modules/nest-redis-rate-limit/package.json'), 'utf8')) as {
+        name: string;
+        dependencies?: object;
+      };
       expect(installed.name).toBe('nest-redis-rate-limit');
       // One runtime dependency, the OpenTelemetry metrics API (a no-op until the app installs an SDK).
       expect(installed.dependencies).toEqual({ '@opentelemetry/api': '^1.3.0' });
@@ -186,11 +187,7 @@ export function describeConsumer(fixture: ConsumerFixture): void {
 
     it('writes under the keyPrefix that forRootAsync got from @nestjs/config ConfigService', async () => {
       expect(await keysUnder(client, prefix)).toEqual(
-        [
-          `${prefix}{account:7:exports}`,
-          `${prefix}{account:8:exports}`,
-          `${prefix}{ip:127.0.0.1}:LimitedController.hello`,
-        ].sort(),
+        [`${prefix}{account:7:exports}`, `${prefix}{account:8:exports}`, `${prefix}{ip:127.0.0.1}:LimitedController.hello`].sort(),
       );
     });
 
@@ -218,22 +215,30 @@ export function describeConsumer(fixture: ConsumerFixture): void {
 
     const own = fixture.ownTests;
     // A fixture without a test runner of its own (nest12-cjs-fastify) has neither of these two tests.
-    if (own) it('uses the "Testing your app" snippets (docs/guides/testing.md) in its own e2e test, as written there', async () => {
-      const page = await readFile(join(ROOT, 'docs/guides/testing.md'), 'utf8');
-      const section = /^# Testing your app\n([\s\S]*)$/m.exec(page)?.[1] ?? '';
-      const blocks = [...section.matchAll(/^ *```ts\n([\s\S]*?)^ *```$/gm)].map((m) => m[1]!);
-      expect(blocks).toHaveLength(2);
-      const lines = (text: string) => text.split('\n').map((line) => line.trim()).filter(Boolean).join('\n');
-      const spec = lines(await readFile(join(consumer!.dir, 'test/app.e2e-spec.ts'), 'utf8'));
-      for (const block of blocks) expect([spec.includes(lines(block)), lines(block)]).toEqual([true, lines(block)]);
-    });
+    if (own)
+      it('uses the "Testing your app" snippets (docs/guides/testing.md) in its own e2e test, as written there', async () => {
+        const page = await readFile(join(ROOT, 'docs/guides/testing.md'), 'utf8');
+        const section = /^# Testing your app\n([\s\S]*)$/m.exec(page)?.[1] ?? '';
+        const blocks = [...section.matchAll(/^ *```ts\n([\s\S]*?)^ *```$/gm)].map((m) => m[1]!);
+        expect(blocks).toHaveLength(2);
+        const lines = (text: string) =>
+          text
+            .split('\n')
+            .map((line) => line.trim())
+            .filter(Boolean)
+            .join('\n');
+        const spec = lines(await readFile(join(consumer!.dir, 'test/app.e2e-spec.ts'), 'utf8'));
+        for (const block of blocks) expect([spec.includes(lines(block)), lines(block)]).toEqual([true, lines(block)]);
+      });
 
-    if (own) it(`runs the app's own ${own?.runner} e2e tests (\`npm run ${own?.script}\`) against the installed package`, async () => {
-      const result = await run('npm', ['run', own!.script], consumer!.dir, { REDIS_URL: redis, RATE_LIMIT_PREFIX: prefix });
-      // Without the runner's colours.
-      const output = (result.stdout + result.stderr).replace(/\x1b\[[0-9;]*m/g, '');
-      expect([result.code, own!.passed.test(output) ? 'passed' : output]).toEqual([0, 'passed']);
-    }, 120_000);
+    if (own)
+      it(`runs the app's own ${own?.runner} e2e tests (\`npm run ${own?.script}\`) against the installed package`, async () => {
+        const result = await run('npm', ['run', own!.script], consumer!.dir, { REDIS_URL: redis, RATE_LIMIT_PREFIX: prefix });
+        // Without the runner's colours (ANSI SGR sequences start with the ESC control character).
+        // eslint-disable-next-line no-control-regex -- matching ESC is the point
+        const output = (result.stdout + result.stderr).replace(/\x1b\[[0-9;]*m/g, '');
+        expect([result.code, own!.passed.test(output) ? 'passed' : output]).toEqual([0, 'passed']);
+      }, 120_000);
 
     it('writes nothing to stderr: no warning from Node (require of ESM included), Nest or the library', () => {
       expect(app!.stderr()).toBe('');

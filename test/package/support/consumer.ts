@@ -113,7 +113,10 @@ async function withLock<T>(lock: string, work: () => Promise<T>): Promise<T> {
       break;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const age = await stat(lock).then((s) => Date.now() - s.mtimeMs, () => 0);
+      const age = await stat(lock).then(
+        (s) => Date.now() - s.mtimeMs,
+        () => 0,
+      );
       if (age > 2 * 60_000) await rm(lock, { recursive: true, force: true });
       if (Date.now() > deadline) throw new Error(`Waited 10 minutes for ${lock}`);
       await new Promise((resolve) => setTimeout(resolve, 250));
@@ -131,7 +134,10 @@ async function pruneTarballs(keep: string): Promise<void> {
   for (const entry of await readdir(CACHE)) {
     const dir = join(CACHE, entry);
     if (!entry.startsWith('tarball-') || dir === keep) continue;
-    const age = await stat(dir).then((s) => Date.now() - s.mtimeMs, () => 0);
+    const age = await stat(dir).then(
+      (s) => Date.now() - s.mtimeMs,
+      () => 0,
+    );
     if (age > 24 * 3600_000) await rm(dir, { recursive: true, force: true });
   }
 }
@@ -282,9 +288,7 @@ export function startConsumer(dir: string, env: Record<string, string>): Promise
     lowerPriority(child);
     let stdout = '';
     let stderr = '';
-    const exited = new Promise<number | string | null>((done) =>
-      child.once('exit', (code, signal) => done(code ?? signal)),
-    );
+    const exited = new Promise<number | string | null>((done) => child.once('exit', (code, signal) => done(code ?? signal)));
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
       reject(new Error(`The app in ${dir} did not start within 30 s:\n${stdout}\n${stderr}`));

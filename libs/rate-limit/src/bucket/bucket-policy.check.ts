@@ -30,9 +30,7 @@ export function assertBucketPolicy(policy: BucketPolicy, where: string, label = 
     throw new Error(`${label} capacity must be at most ${MAX_CAPACITY} (got ${describe(capacity)}) on ${where}`);
   }
   if (typeof refillPerSecond !== 'number' || !Number.isFinite(refillPerSecond) || refillPerSecond <= 0) {
-    throw new Error(
-      `${label} refillPerSecond must be a finite number > 0 (got ${describe(refillPerSecond)}) on ${where}`,
-    );
+    throw new Error(`${label} refillPerSecond must be a finite number > 0 (got ${describe(refillPerSecond)}) on ${where}`);
   }
   // The time an empty bucket takes to fill; the bucket's TTL is twice it (see MAX_WINDOW_SECONDS).
   const window = capacity / refillPerSecond;
@@ -58,8 +56,6 @@ export function assertServicePolicy(policy: BucketPolicy, where: string, extraKe
 /** Checks a cost against its bucket. */
 export function assertCost(cost: unknown, capacity: number, where: string, label = '@RateLimit'): void {
   if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1 || cost > capacity) {
-    throw new Error(
-      `${label} cost must be an integer from 1 to capacity ${capacity} (got ${describe(cost)}) on ${where}`,
-    );
+    throw new Error(`${label} cost must be an integer from 1 to capacity ${capacity} (got ${describe(cost)}) on ${where}`);
   }
 }

@@ -190,9 +190,7 @@ function assertRepeatsFit(entries: readonly BucketEntry[], requests: readonly Bu
     }
     const name = entries[i].name;
     if (requests[j].capacity !== request.capacity || requests[j].refillPerSecond !== request.refillPerSecond) {
-      throw new Error(
-        `BucketService bucket "${name}" appears twice with different policies in one consumeAll() call: give it one policy`,
-      );
+      throw new Error(`BucketService bucket "${name}" appears twice with different policies in one consumeAll() call: give it one policy`);
     }
     const cost = (costs.get(request.key) as number) + request.cost;
     costs.set(request.key, cost);

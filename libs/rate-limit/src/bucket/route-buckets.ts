@@ -10,7 +10,12 @@ import type { BucketRequest } from '../stores/token-bucket.js';
  */
 export abstract class RouteBuckets {
   /** The request `peekRoute()` decides: the bucket's key, its numbers (`policy`'s, else the scope's) and a cost. */
-  abstract peekRequest(scope: string, who: RouteIdentity, policy: (BucketPolicy & { cost?: number }) | undefined, where: string): BucketRequest;
+  abstract peekRequest(
+    scope: string,
+    who: RouteIdentity,
+    policy: (BucketPolicy & { cost?: number }) | undefined,
+    where: string,
+  ): BucketRequest;
 
   /** The key of the bucket of `who` for the route policy `scope`. */
   abstract keyOf(scope: string, who: RouteIdentity, where: string): string;

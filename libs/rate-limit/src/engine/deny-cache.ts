@@ -82,11 +82,7 @@ export class DenyCache {
       const request = requests[i];
       const entry = this.entries.get(request.key);
       if (entry === undefined) return undefined;
-      if (
-        now >= entry.until ||
-        entry.capacity !== request.capacity ||
-        entry.refillPerSecond !== request.refillPerSecond
-      ) {
+      if (now >= entry.until || entry.capacity !== request.capacity || entry.refillPerSecond !== request.refillPerSecond) {
         this.entries.delete(request.key);
         return undefined;
       }
@@ -131,7 +127,13 @@ export class DenyCache {
         if (this.entries.size >= this.maxEntries) this.evictOldest();
         this.entries.set(request.key, { until, capacity, refillPerSecond, blockSeconds, penaltyUntil });
       } else if (known.capacity !== capacity || known.refillPerSecond !== refillPerSecond || known.blockSeconds !== blockSeconds) {
-        this.entries.set(request.key, { until, capacity, refillPerSecond, blockSeconds, penaltyUntil: Math.max(penaltyUntil, known.penaltyUntil) });
+        this.entries.set(request.key, {
+          until,
+          capacity,
+          refillPerSecond,
+          blockSeconds,
+          penaltyUntil: Math.max(penaltyUntil, known.penaltyUntil),
+        });
       } else {
         // Same policy: the bound that reaches a full bucket later is the lower one at every moment.
         if (until > known.until) known.until = until;

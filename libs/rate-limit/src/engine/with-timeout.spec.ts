@@ -100,7 +100,12 @@ describe('Deadlines (one timer for every decision of a module)', () => {
     const soon = (value: number) => new Promise<number>((resolve) => setImmediate(resolve, value));
     for (let i = 0; i < 3000; i++) {
       const answer = i % 3 === 0 ? never() : soon(i);
-      races.push(deadlines.race(answer).then((v) => void outcomes.push(`ok ${v}`), () => void outcomes.push('timeout')));
+      races.push(
+        deadlines.race(answer).then(
+          (v) => void outcomes.push(`ok ${v}`),
+          () => void outcomes.push('timeout'),
+        ),
+      );
       if (i === 1500) await sleep(15);
     }
     const hung = deadlines.race(never());

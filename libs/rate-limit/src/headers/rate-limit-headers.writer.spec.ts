@@ -153,10 +153,19 @@ describe('header values under extreme policies', () => {
               const decision = toDecision(policy, tokens, cost, allowed);
               writer.write(response, [{ ...policy, scope: 'extreme' }], { allowed, source: 'store', decisions: [decision] });
               for (const [name, value] of headers) {
-                const parts = value.replace(/"extreme"/g, '').split(/[,;]\s*/).filter((part) => part !== '');
+                const parts = value
+                  .replace(/"extreme"/g, '')
+                  .split(/[,;]\s*/)
+                  .filter((part) => part !== '');
                 const numbers = parts.map((part) => part.slice(part.indexOf('=') + 1));
                 for (const number of numbers) {
-                  expect({ policy, cost, tokens, name, number }).toEqual({ policy, cost, tokens, name, number: expect.stringMatching(/^\d+$/) });
+                  expect({ policy, cost, tokens, name, number }).toEqual({
+                    policy,
+                    cost,
+                    tokens,
+                    name,
+                    number: expect.stringMatching(/^\d+$/),
+                  });
                   expect(Number.isSafeInteger(Number(number))).toBe(true);
                 }
               }

@@ -135,16 +135,12 @@ describe('route identities (the key text shared by the route limiter and BucketS
     expect([{ ip: '1.2.3.4' }, { user: 1 }, { apiKey: 'k' }, { id: 'x' }].map(routeIdentityKind)).toEqual(['ip', 'user', 'apiKey', 'id']);
   });
 
-  it.each([
-    [{ ip: '1.2.3.4' }],
-    [{ user: 42 }],
-    [{ user: 0 }],
-    [{ user: 'alice' }],
-    [{ apiKey: 'sk_live_123' }],
-    [{ id: 'tenant-7' }],
-  ])('accepts %j', (who) => {
-    expect(() => assertRouteIdentity(who, 'here')).not.toThrow();
-  });
+  it.each([[{ ip: '1.2.3.4' }], [{ user: 42 }], [{ user: 0 }], [{ user: 'alice' }], [{ apiKey: 'sk_live_123' }], [{ id: 'tenant-7' }]])(
+    'accepts %j',
+    (who) => {
+      expect(() => assertRouteIdentity(who, 'here')).not.toThrow();
+    },
+  );
 
   it.each([
     [undefined, 'here: the identity must be one of { ip } | { user } | { apiKey } | { id } (got undefined)'],
@@ -152,7 +148,10 @@ describe('route identities (the key text shared by the route limiter and BucketS
     ['1.2.3.4', 'here: the identity must be one of { ip } | { user } | { apiKey } | { id } (got string)'],
     [['1.2.3.4'], 'here: the identity must be one of { ip } | { user } | { apiKey } | { id } (got an array)'],
     [{}, 'here: the identity must have exactly one of { ip } | { user } | { apiKey } | { id } (got an empty object)'],
-    [{ ip: '1.2.3.4', user: 42 }, 'here: the identity must have exactly one of { ip } | { user } | { apiKey } | { id } (got keys ip, user)'],
+    [
+      { ip: '1.2.3.4', user: 42 },
+      'here: the identity must have exactly one of { ip } | { user } | { apiKey } | { id } (got keys ip, user)',
+    ],
     [{ address: '1.2.3.4' }, 'here: the identity must have exactly one of { ip } | { user } | { apiKey } | { id } (got key address)'],
     [{ ip: '' }, 'here: ip must be a non-empty string (got an empty string)'],
     [{ ip: 7 }, 'here: ip must be a non-empty string (got 7)'],

@@ -141,7 +141,9 @@ export function routeIdentityKind(who: RouteIdentity): RouteIdentityKind {
 export function assertRouteIdentity(who: unknown, where: string): asserts who is RouteIdentity {
   const shape = `{ ${ROUTE_IDENTITY_KINDS.join(' } | { ')} }`;
   if (typeof who !== 'object' || who === null || Array.isArray(who)) {
-    throw new Error(`${where}: the identity must be one of ${shape} (got ${who === null ? 'null' : Array.isArray(who) ? 'an array' : typeof who})`);
+    throw new Error(
+      `${where}: the identity must be one of ${shape} (got ${who === null ? 'null' : Array.isArray(who) ? 'an array' : typeof who})`,
+    );
   }
   const keys = Object.keys(who);
   const unknown = keys.filter((key) => !(ROUTE_IDENTITY_KINDS as readonly string[]).includes(key));

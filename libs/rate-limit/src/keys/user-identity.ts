@@ -40,7 +40,8 @@ export function whyNoUserId(request: any): MissingUser {
     }
   }
   const fields = Object.keys(user).slice(0, 8);
-  const listed = fields.length === 0 ? 'it has no fields' : `its fields: ${fields.join(', ')}${Object.keys(user).length > 8 ? ', ...' : ''}`;
+  const listed =
+    fields.length === 0 ? 'it has no fields' : `its fields: ${fields.join(', ')}${Object.keys(user).length > 8 ? ', ...' : ''}`;
   return { reason: 'no-id', detail: `req.user has no id, userId or sub (${listed})` };
 }
 

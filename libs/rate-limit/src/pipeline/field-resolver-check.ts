@@ -11,10 +11,7 @@ const FIELD_RESOLVER = 'graphql:resolve_property';
  * of those decided after the app's guards (by `RateLimitInterceptor`). Answers one warning per such
  * field resolver; none when the app has no GraphQL module.
  */
-export function fieldResolverWarnings(
-  moduleRef: ModuleRef,
-  routes: Iterable<{ handler: Function; plan: RoutePlan | null }>,
-): string[] {
+export function fieldResolverWarnings(moduleRef: ModuleRef, routes: Iterable<{ handler: Function; plan: RoutePlan | null }>): string[] {
   let options: { fieldResolverEnhancers?: unknown } | undefined;
   try {
     options = moduleRef.get(GRAPHQL_MODULE_OPTIONS, { strict: false });

@@ -95,7 +95,10 @@ export class PolicyRegistry {
       if (!type || typeof type !== 'function' || !type.prototype) continue;
       if (!handlers.has(type)) {
         const found = this.scanner.getAllMethodNames(type.prototype).map((name) => type.prototype[name] as Function);
-        handlers.set(type, found.filter((handler) => handlerKind(handler) !== undefined));
+        handlers.set(
+          type,
+          found.filter((handler) => handlerKind(handler) !== undefined),
+        );
       }
       const module = wrapper.host?.metatype;
       if (!this.mayTakeRouteScope(type, handlers.get(type)!)) continue;
@@ -205,9 +208,7 @@ export class PolicyRegistry {
     });
     const buckets = compiled.map((p) => `${typeof p.keyBy === 'function' ? p.keyBy.name : p.keyBy}|${p.scope}`);
     if (new Set(buckets).size !== buckets.length) {
-      throw new Error(
-        `@RateLimit policies stacked on ${route} share one bucket: give each a different name or keyBy`,
-      );
+      throw new Error(`@RateLimit policies stacked on ${route} share one bucket: give each a different name or keyBy`);
     }
     assertSharedNamesFit(compiled, route);
     return compiled;

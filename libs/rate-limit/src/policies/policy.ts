@@ -1,12 +1,5 @@
 import type { ExecutionContext, Type } from '@nestjs/common';
-import type {
-  BucketPolicy,
-  KeyBy,
-  PolicyPhase,
-  RateLimitPolicy,
-  RateLimitResolver,
-  RefundOn,
-} from '../rate-limit.interfaces.js';
+import type { BucketPolicy, KeyBy, PolicyPhase, RateLimitPolicy, RateLimitResolver, RefundOn } from '../rate-limit.interfaces.js';
 import { SAFE_IDENTITY } from '../rate-limit.constants.js';
 import { MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../stores/token-bucket.js';
 import { assertBucketPolicy, assertCost, describe } from '../bucket/bucket-policy.check.js';
@@ -141,21 +134,19 @@ export function compilePolicy(
   }
   const keyBy = policy.keyBy ?? 'ip';
   if (typeof keyBy !== 'function' && !KEY_BY_NAMES.includes(keyBy)) {
-    throw new Error(
-      `${label} keyBy must be 'ip', 'user', 'apiKey' or a function (got ${describe(keyBy)}) on ${route}`,
-    );
+    throw new Error(`${label} keyBy must be 'ip', 'user', 'apiKey' or a function (got ${describe(keyBy)}) on ${route}`);
   }
   if (policy.name !== undefined && (typeof policy.name !== 'string' || !SAFE_IDENTITY.test(policy.name))) {
-    throw new Error(
-      `${label} name must be 1-64 characters of A-Z a-z 0-9 . _ : @ - (got ${describe(policy.name)}) on ${route}`,
-    );
+    throw new Error(`${label} name must be 1-64 characters of A-Z a-z 0-9 . _ : @ - (got ${describe(policy.name)}) on ${route}`);
   }
   if (policy.phase !== undefined && !PHASES.includes(policy.phase)) {
     throw new Error(`${label} phase must be 'before-guards' or 'after-guards' (got ${describe(policy.phase)}) on ${route}`);
   }
   const { refundOn, skipIf, enforce } = policy;
   if (refundOn !== undefined && refundOn !== 'success' && refundOn !== 'failure' && typeof refundOn !== 'function') {
-    throw new Error(`${label} refundOn must be 'success', 'failure' or a function (status, error) => boolean (got ${describe(refundOn)}) on ${route}`);
+    throw new Error(
+      `${label} refundOn must be 'success', 'failure' or a function (status, error) => boolean (got ${describe(refundOn)}) on ${route}`,
+    );
   }
   if (skipIf !== undefined && typeof skipIf !== 'function') {
     throw new Error(`${label} skipIf must be a function (context) => boolean (got ${describe(skipIf)}) on ${route}`);
@@ -194,7 +185,9 @@ export function assertBlockSeconds(
   label = '@RateLimit',
 ): void {
   if (typeof blockSeconds !== 'number' || !Number.isFinite(blockSeconds) || blockSeconds <= 0 || blockSeconds > MAX_WINDOW_SECONDS) {
-    throw new Error(`${label} blockSeconds must be a number > 0 and at most ${MAX_WINDOW_SECONDS} (got ${describe(blockSeconds)}) on ${where}`);
+    throw new Error(
+      `${label} blockSeconds must be a number > 0 and at most ${MAX_WINDOW_SECONDS} (got ${describe(blockSeconds)}) on ${where}`,
+    );
   }
   if (!dynamic && policy !== undefined && blockSeconds * policy.refillPerSecond > MAX_CAPACITY) {
     throw new Error(
@@ -225,10 +218,16 @@ function compileDynamic(policy: RateLimitPolicy, route: string, label: string): 
   }
   if (typeof capacity !== 'function' && typeof refillPerSecond !== 'function' && typeof cost !== 'function') return undefined;
   // Mixed: the fixed numbers are checked now, the functions' answers per request.
-  if (typeof capacity !== 'function' && (typeof capacity !== 'number' || !Number.isInteger(capacity) || capacity < 1 || capacity > MAX_CAPACITY)) {
+  if (
+    typeof capacity !== 'function' &&
+    (typeof capacity !== 'number' || !Number.isInteger(capacity) || capacity < 1 || capacity > MAX_CAPACITY)
+  ) {
     throw new Error(`${label} capacity must be an integer from 1 to ${MAX_CAPACITY} or a function (got ${describe(capacity)}) on ${route}`);
   }
-  if (typeof refillPerSecond !== 'function' && (typeof refillPerSecond !== 'number' || !Number.isFinite(refillPerSecond) || refillPerSecond <= 0)) {
+  if (
+    typeof refillPerSecond !== 'function' &&
+    (typeof refillPerSecond !== 'number' || !Number.isFinite(refillPerSecond) || refillPerSecond <= 0)
+  ) {
     throw new Error(`${label} refillPerSecond must be a finite number > 0 or a function (got ${describe(refillPerSecond)}) on ${route}`);
   }
   if (cost !== undefined && typeof cost !== 'function' && (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1)) {

@@ -14,7 +14,15 @@ describe('scopeSuffixes', () => {
   it('leaves a class whose name no other registered class has without a suffix', () => {
     const a = named('UsersController', Controller('users'));
     const b = named('OrdersController', Controller('orders'));
-    expect(scopeSuffixes(new Map([[a, []], [b, []]]), 'app')).toEqual(new Map());
+    expect(
+      scopeSuffixes(
+        new Map([
+          [a, []],
+          [b, []],
+        ]),
+        'app',
+      ),
+    ).toEqual(new Map());
   });
 
   it('tells same-named controllers apart by module path, path, version (neutral too) and host', () => {
@@ -23,19 +31,42 @@ describe('scopeSuffixes', () => {
     const a = named('UsersController', Controller('users'));
     const b = named('UsersController', Controller({ path: ['/users/', 'people'], version: ['2', VERSION_NEUTRAL] }));
     const c = named('UsersController', Controller({ path: 'users', host: 'admin.example.com' }));
-    const suffixes = scopeSuffixes(new Map([[a, [v1]], [b, []], [c, []]]), 'app');
+    const suffixes = scopeSuffixes(
+      new Map([
+        [a, [v1]],
+        [b, []],
+        [c, []],
+      ]),
+      'app',
+    );
     expect([...suffixes.values()]).toEqual(['@/v1/users', '@/people,/users;v=2,neutral', '@/users;host=admin.example.com']);
   });
 
   it('tells same-named gateways apart by port and namespace', () => {
     const a = named('ChatGateway', WebSocketGateway({ namespace: 'chat' }));
     const b = named('ChatGateway', WebSocketGateway(4001, { namespace: '/support' }));
-    expect([...scopeSuffixes(new Map([[a, []], [b, []]]), 'app').values()]).toEqual(['@ws/chat', '@ws:4001/support']);
+    expect([
+      ...scopeSuffixes(
+        new Map([
+          [a, []],
+          [b, []],
+        ]),
+        'app',
+      ).values(),
+    ]).toEqual(['@ws/chat', '@ws:4001/support']);
   });
 
   it('replaces characters a draft-8 name or a key should not carry', () => {
     const a = named('FilesController', Controller('files/"quoted" path'));
     const b = named('FilesController', Controller('other'));
-    expect(scopeSuffixes(new Map([[a, []], [b, []]]), 'app').get(a)).toBe('@/files/_quoted__path');
+    expect(
+      scopeSuffixes(
+        new Map([
+          [a, []],
+          [b, []],
+        ]),
+        'app',
+      ).get(a),
+    ).toBe('@/files/_quoted__path');
   });
 });

@@ -80,7 +80,8 @@ function checked(result: TakeResult & PenaltyReport, n: number): TakeResult & Pe
     !Array.isArray(tokens) ||
     tokens.length !== n ||
     !tokens.every((t) => typeof t === 'number' && !Number.isNaN(t)) ||
-    (penaltyMs !== undefined && (!Array.isArray(penaltyMs) || penaltyMs.length !== n || !penaltyMs.every((ms) => typeof ms === 'number' && ms >= 0)))
+    (penaltyMs !== undefined &&
+      (!Array.isArray(penaltyMs) || penaltyMs.length !== n || !penaltyMs.every((ms) => typeof ms === 'number' && ms >= 0)))
   ) {
     throw new TypeError(
       `BucketStore: take() must answer { allowed: boolean, tokens: number[] } with one number per request (${n}); got ${describe(result)}`,

@@ -42,7 +42,11 @@ describe('token-bucket arithmetic with penalties', () => {
   });
 
   it.each([-Infinity, Number.NaN, -1e300, -Number.MAX_VALUE])('toDecision keeps headers finite integers for tokens %s', (tokens) => {
-    for (const policy of [{ capacity: 1, refillPerSecond: 1e-12 }, { capacity: 1e12, refillPerSecond: 1e300 }, { capacity: 5, refillPerSecond: 1 }]) {
+    for (const policy of [
+      { capacity: 1, refillPerSecond: 1e-12 },
+      { capacity: 1e12, refillPerSecond: 1e300 },
+      { capacity: 5, refillPerSecond: 1 },
+    ]) {
       const decision = toDecision(policy, tokens, 1, false);
       for (const value of [decision.remaining, decision.retryAfterSeconds, decision.resetSeconds]) {
         expect(Number.isSafeInteger(value) && value >= 0).toBe(true);

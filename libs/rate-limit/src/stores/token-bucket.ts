@@ -167,12 +167,7 @@ function secondsUntil(tokens: number, target: number, refillPerSecond: number): 
  * for a bucket that had its tokens when another one refused (it is not what the request waits for);
  * at least 1 for a bucket that refused.
  */
-export function toDecision(
-  policy: BucketPolicy,
-  tokens: number,
-  cost: number,
-  allowed: boolean,
-): BucketDecision {
+export function toDecision(policy: BucketPolicy, tokens: number, cost: number, allowed: boolean): BucketDecision {
   // Headers carry these numbers: whatever a store answered, they are integers from 0 to the bounds.
   // Tokens below 0 are a penalty (`blockSeconds`): nothing remains, and the waits count from the real
   // tokens. A penalty withholds at most min(MAX_CAPACITY, MAX_WINDOW_SECONDS * R) tokens (checked at
@@ -214,7 +209,12 @@ export function mergeRepeatedKeys(requests: readonly BucketRequest[]): MergedReq
     if (j === undefined) {
       at.set(request.key, merged.length);
       positions[i] = merged.length;
-      const copy: BucketRequest = { key: request.key, capacity: request.capacity, refillPerSecond: request.refillPerSecond, cost: request.cost };
+      const copy: BucketRequest = {
+        key: request.key,
+        capacity: request.capacity,
+        refillPerSecond: request.refillPerSecond,
+        cost: request.cost,
+      };
       if (request.blockSeconds) copy.blockSeconds = request.blockSeconds;
       if (request.penaltyCost !== undefined) copy.penaltyCost = request.penaltyCost;
       merged.push(copy);
@@ -222,7 +222,8 @@ export function mergeRepeatedKeys(requests: readonly BucketRequest[]): MergedReq
     }
     const into = merged[j];
     // One take of the summed costs: its penalty gives back the summed penalty costs.
-    if (into.penaltyCost !== undefined || request.penaltyCost !== undefined) into.penaltyCost = penaltyCostOf(into) + penaltyCostOf(request);
+    if (into.penaltyCost !== undefined || request.penaltyCost !== undefined)
+      into.penaltyCost = penaltyCostOf(into) + penaltyCostOf(request);
     into.cost += request.cost;
     into.capacity = Math.min(into.capacity, request.capacity);
     into.refillPerSecond = Math.min(into.refillPerSecond, request.refillPerSecond);

@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { toDecision, type BucketRequest, type PenaltyReport } from '../stores/token-bucket.js';
+import { toDecision, type PenaltyReport } from '../stores/token-bucket.js';
 import type { TakeResult } from '../stores/bucket-store.interface.js';
 import type { ModelOutcome, ModelPolicy, ModelRequest } from './bucket-model.js';
 
@@ -115,7 +115,9 @@ const policyArb: fc.Arbitrary<ModelPolicy> = capacityArb.chain((capacity) =>
   refillArb(capacity).chain((refillPerSecond) =>
     fc.tuple(blockArb(refillPerSecond), penaltyCostArb(capacity)).map(([blockSeconds, penaltyCost]) => {
       if (blockSeconds === undefined) return { capacity, refillPerSecond };
-      return penaltyCost === undefined ? { capacity, refillPerSecond, blockSeconds } : { capacity, refillPerSecond, blockSeconds, penaltyCost };
+      return penaltyCost === undefined
+        ? { capacity, refillPerSecond, blockSeconds }
+        : { capacity, refillPerSecond, blockSeconds, penaltyCost };
     }),
   ),
 );
@@ -173,7 +175,10 @@ function opArb(damage: boolean): fc.Arbitrary<Op> {
     { weight: 12, arbitrary: bucketsArb.map((buckets) => ({ op: 'take' as const, buckets })) },
     { weight: 2, arbitrary: bucketsArb.map((buckets) => ({ op: 'peek' as const, buckets })) },
     { weight: 2, arbitrary: bucketsArb.map((buckets) => ({ op: 'refund' as const, buckets })) },
-    { weight: 1, arbitrary: fc.record({ op: fc.constant('reset' as const), k: fc.integer({ min: 0, max: KEYS - 1 }), remote: fc.boolean() }) },
+    {
+      weight: 1,
+      arbitrary: fc.record({ op: fc.constant('reset' as const), k: fc.integer({ min: 0, max: KEYS - 1 }), remote: fc.boolean() }),
+    },
     { weight: 7, arbitrary: msArb.map((ms) => ({ op: 'advance' as const, ms })) },
     { weight: 2, arbitrary: stepArb.map((ms) => ({ op: 'step' as const, ms })) },
   ];
@@ -239,7 +244,8 @@ export function compareResult(
   penaltyReportOptional = false,
 ): void {
   const detail = () => ({ lane, step, requests, result, expected });
-  if (typeof result !== 'object' || result === null || !Array.isArray(result.tokens)) fail('a reply that is not { allowed, tokens }', detail());
+  if (typeof result !== 'object' || result === null || !Array.isArray(result.tokens))
+    fail('a reply that is not { allowed, tokens }', detail());
   if (result.allowed !== expected.allowed) fail('allowed differs from the model', detail());
   if (result.tokens.length !== requests.length || !result.tokens.every((t, i) => close(t, expected.tokens[i]))) {
     fail('tokens differ from the model', detail());
@@ -251,7 +257,11 @@ export function compareResult(
     if (reported !== undefined && !(penaltyReportOptional && Array.isArray(reported) && reported.every((ms) => ms === 0))) {
       fail('a penalty report in a call without penalties', detail());
     }
-  } else if (reported === undefined || reported.length !== requests.length || !reported.every((ms, i) => closeMs(lane, ms, expected.penaltyMs![i]))) {
+  } else if (
+    reported === undefined ||
+    reported.length !== requests.length ||
+    !reported.every((ms, i) => closeMs(lane, ms, expected.penaltyMs![i]))
+  ) {
     fail('penalty report differs from the model', detail());
   }
   requests.forEach((request, i) => {

@@ -90,7 +90,9 @@ export class MemoryBucketStore implements BucketStore {
     });
     // Like the script: a stamp too far ahead (the process clock stepped back) is moved to now, tokens
     // below what a penalty can leave to 0.
-    const states = stored.map((state, i) => repair(state, now, requests[i].blockSeconds ?? 0, requests[i].refillPerSecond, ends[i] !== undefined));
+    const states = stored.map((state, i) =>
+      repair(state, now, requests[i].blockSeconds ?? 0, requests[i].refillPerSecond, ends[i] !== undefined),
+    );
     const tokens = requests.map((request, i) => refill(states[i], request, now));
     // A running penalty refuses every take, whatever the numbers of the caller.
     const allowed = options.refund === true || requests.every((request, i) => tokens[i] >= request.cost && ends[i] === undefined);
@@ -98,7 +100,9 @@ export class MemoryBucketStore implements BucketStore {
     const running = allowed ? ends : ends.slice();
     const result = (): TakeResult & PenaltyReport => {
       const told = allowed ? tokens : tokens.map((t, i) => shownTokens(t, requests[i].cost, requests[i].refillPerSecond, running[i], now));
-      return penalties ? { allowed, tokens: told, penaltyMs: ends.map((end) => (end === undefined ? 0 : end - now)) } : { allowed, tokens: told };
+      return penalties
+        ? { allowed, tokens: told, penaltyMs: ends.map((end) => (end === undefined ? 0 : end - now)) }
+        : { allowed, tokens: told };
     };
     if (options.dryRun) return result();
     requests.forEach((request, i) => {
@@ -120,9 +124,15 @@ export class MemoryBucketStore implements BucketStore {
         tokens: tokens[i],
         ts,
         // Never sooner than it was: a caller with other numbers (a route sharing the name) may need it longer.
-        expiresAt: Math.max(now + storedTtlMs(request, tokens[i], ends[i] === undefined ? 0 : ends[i]! - now), before?.expiresAt ?? -Infinity),
+        expiresAt: Math.max(
+          now + storedTtlMs(request, tokens[i], ends[i] === undefined ? 0 : ends[i]! - now),
+          before?.expiresAt ?? -Infinity,
+        ),
         // Refilling from ts; one ms more than the arithmetic says, so that rounding never forgets a bucket short of full.
-        fullAt: Math.max(Math.max(ts, now) + Math.ceil(((request.capacity - tokens[i]) * 1000) / request.refillPerSecond) + 1, before?.fullAt ?? -Infinity),
+        fullAt: Math.max(
+          Math.max(ts, now) + Math.ceil(((request.capacity - tokens[i]) * 1000) / request.refillPerSecond) + 1,
+          before?.fullAt ?? -Infinity,
+        ),
       };
       if (blockedUntil !== undefined) bucket.blockedUntil = blockedUntil;
       this.write(request.key, bucket, now);
@@ -202,10 +212,7 @@ function assertDistinctKeys(requests: readonly BucketRequest[]): void {
  * The module's options for an in-process store: `maxLocalBuckets`, and a warning (at most one per
  * interval) when a bucket is forgotten before it was full, so a limit loosened by the bound is never silent.
  */
-export function localStoreOptions(
-  options: { maxLocalBuckets?: number },
-  what: string,
-): MemoryBucketStoreOptions {
+export function localStoreOptions(options: { maxLocalBuckets?: number }, what: string): MemoryBucketStoreOptions {
   const maxBuckets = options.maxLocalBuckets ?? DEFAULT_MAX_LOCAL_BUCKETS;
   const evictionLogger = new ThrottledLogger('RateLimit');
   return {

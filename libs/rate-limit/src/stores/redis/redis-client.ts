@@ -31,6 +31,8 @@ export function reconnectOnReadOnly(
 export function createRedisClient(redis: unknown): { client: RedisClient; owned: boolean } {
   const option = checkRedisOption(redis);
   if (isRedisClient(option)) return { client: option, owned: false };
+  // Assigned once, below, but read first by the reconnect handler built before it: it cannot be a const.
+  // eslint-disable-next-line prefer-const
   let client: Redis | undefined;
   const own = typeof option === 'string' ? undefined : option.reconnectOnError;
   // A dead Redis must fail a decision at once, not queue it and replay it minutes later: no offline

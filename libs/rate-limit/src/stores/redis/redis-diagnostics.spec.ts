@@ -6,10 +6,19 @@ describe('connection causes in words', () => {
   it.each([
     [error('connect ECONNREFUSED 10.0.0.1:6379', 'ECONNREFUSED'), 'connection refused (connect ECONNREFUSED 10.0.0.1:6379)'],
     [error('getaddrinfo EAI_AGAIN redis', 'EAI_AGAIN'), 'host not found (getaddrinfo EAI_AGAIN redis)'],
-    [error('WRONGPASS invalid username-password pair or user is disabled.'), 'authentication failed: wrong username or password (WRONGPASS invalid username-password pair or user is disabled.)'],
+    [
+      error('WRONGPASS invalid username-password pair or user is disabled.'),
+      'authentication failed: wrong username or password (WRONGPASS invalid username-password pair or user is disabled.)',
+    ],
     [error('ERR invalid password'), 'authentication failed: wrong username or password (ERR invalid password)'],
-    [error('NOAUTH Authentication required.'), 'authentication required: the server asks for a password and none was given (NOAUTH Authentication required)'],
-    [error('self-signed certificate', 'DEPTH_ZERO_SELF_SIGNED_CERT'), 'TLS handshake failed: self-signed certificate (DEPTH_ZERO_SELF_SIGNED_CERT): is the server certificate trusted (tls.ca) and issued for this host name?'],
+    [
+      error('NOAUTH Authentication required.'),
+      'authentication required: the server asks for a password and none was given (NOAUTH Authentication required)',
+    ],
+    [
+      error('self-signed certificate', 'DEPTH_ZERO_SELF_SIGNED_CERT'),
+      'TLS handshake failed: self-signed certificate (DEPTH_ZERO_SELF_SIGNED_CERT): is the server certificate trusted (tls.ca) and issued for this host name?',
+    ],
     [error('connect ETIMEDOUT', 'ETIMEDOUT'), 'connection timed out (connect ETIMEDOUT)'],
   ])('describes %s', (cause, words) => {
     expect(describeCause(cause)).toBe(words);

@@ -142,9 +142,7 @@ export class RedisDiagnostics {
    */
   notReadyAtStart(): void {
     if (this.last !== undefined) return;
-    new Logger('RateLimit').warn(
-      `${this.target} is not reachable yet; decisions follow failureMode until it answers`,
-    );
+    new Logger('RateLimit').warn(`${this.target} is not reachable yet; decisions follow failureMode until it answers`);
   }
 
   /** A reply said READONLY: the server was demoted. */

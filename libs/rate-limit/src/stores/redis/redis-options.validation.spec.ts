@@ -41,7 +41,7 @@ describe('the redis option check', () => {
     expect([...redisOptionKeysFor(defaults)].sort()).toEqual([...declared].sort());
   });
 
-  it('accepts every key of the installed ioredis\' own defaults object', () => {
+  it("accepts every key of the installed ioredis' own defaults object", () => {
     const unknown = Object.keys(defaults).filter((key) => !REDIS_OPTION_KEYS.has(key));
     expect(unknown).toEqual([]);
   });
@@ -82,4 +82,3 @@ describe('the redis option check', () => {
     expect(maskUrl(url)).toBe(masked);
   });
 });
-

@@ -110,7 +110,8 @@ export function redisOptionKeysFor(defaults: object): Set<string> {
 
 /** ioredis' defaults (a static of `Redis`, private in its types); without it, every supported key is taken. */
 const IOREDIS_DEFAULTS = (Redis as unknown as { defaultOptions?: object }).defaultOptions;
-const INSTALLED_KEYS = typeof IOREDIS_DEFAULTS === 'object' && IOREDIS_DEFAULTS !== null ? redisOptionKeysFor(IOREDIS_DEFAULTS) : REDIS_OPTION_KEYS;
+const INSTALLED_KEYS =
+  typeof IOREDIS_DEFAULTS === 'object' && IOREDIS_DEFAULTS !== null ? redisOptionKeysFor(IOREDIS_DEFAULTS) : REDIS_OPTION_KEYS;
 
 export function isRedisClient(value: unknown): value is RedisClient {
   return value instanceof Redis || value instanceof Cluster || looksLikeClient(value);
@@ -152,7 +153,6 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return proto === Object.prototype || proto === null;
 }
 
-
 function reject(detail: string): never {
   throw new Error(`RateLimitModule: ${detail}; redis must be ${ACCEPTED}`);
 }
@@ -174,7 +174,9 @@ function checkPort(port: unknown, where: string): number | undefined {
 function checkKey(key: string): void {
   if (INSTALLED_KEYS.has(key)) return;
   if (LATER_KEYS[key]) {
-    reject(`redis.${key} is read by ioredis ${LATER_KEYS[key].since} and later only: the installed ioredis would ignore it; upgrade ioredis or remove it`);
+    reject(
+      `redis.${key} is read by ioredis ${LATER_KEYS[key].since} and later only: the installed ioredis would ignore it; upgrade ioredis or remove it`,
+    );
   }
   const close = nearestKey(key, INSTALLED_KEYS, MISTAKEN_KEYS);
   reject(`redis.${key} is not an ioredis RedisOptions key${close ? ` (did you mean "${close}"?)` : ''}`);
@@ -221,7 +223,9 @@ export function checkRedisOption(value: unknown): RedisOption {
       }
       checkKey(key);
       if (value[key] === undefined && WHEN_LEFT_OUT[key]) {
-        throw new Error(`RateLimitModule: redis.${key} is undefined ${MISSING}: give it a value, or leave ${key} out to ${WHEN_LEFT_OUT[key]}`);
+        throw new Error(
+          `RateLimitModule: redis.${key} is undefined ${MISSING}: give it a value, or leave ${key} out to ${WHEN_LEFT_OUT[key]}`,
+        );
       }
     }
     const { host } = value;

@@ -11,12 +11,16 @@ describe('the start-up check of the Redis version (the script needs PEXPIRE ... 
     expect(versionTooOld(info)).toBe(version);
   });
 
-  it.each(['redis_version:7.0.0\r\n', 'redis_version:7.0.15\r\n', 'redis_version:7.2.4\r\n', 'redis_version:8.0.1\r\n', 'redis_version:10.0.0\r\n', ''])(
-    'accepts %j',
-    (info) => {
-      expect(versionTooOld(info)).toBeUndefined();
-    },
-  );
+  it.each([
+    'redis_version:7.0.0\r\n',
+    'redis_version:7.0.15\r\n',
+    'redis_version:7.2.4\r\n',
+    'redis_version:8.0.1\r\n',
+    'redis_version:10.0.0\r\n',
+    '',
+  ])('accepts %j', (info) => {
+    expect(versionTooOld(info)).toBeUndefined();
+  });
 
   it("accepts this machine's Redis, read from its own INFO reply", async () => {
     const client = new Redis(await redisUrl());

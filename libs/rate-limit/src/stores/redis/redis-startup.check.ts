@@ -140,7 +140,9 @@ function fail(client: RedisClient, diagnostics: RedisDiagnostics, error: unknown
   client.disconnect();
   const [what, fix] = WHAT[classify(error) as 'credentials' | 'tls' | 'dns'];
   const cause = diagnostics.scrub(describeCause(error, Boolean((client.options as RedisOptions).tls)));
-  throw new Error(`RateLimitModule cannot start: ${diagnostics.target} ${what}: ${cause}; ${fix}, or set startupCheck: false to start without this check`);
+  throw new Error(
+    `RateLimitModule cannot start: ${diagnostics.target} ${what}: ${cause}; ${fix}, or set startupCheck: false to start without this check`,
+  );
 }
 
 function denied(client: RedisClient, diagnostics: RedisDiagnostics, error: unknown, keyPrefix: string): never {

@@ -415,9 +415,6 @@ return reply
 `;
 
 /** ioredis command name; carries the script's digest so that a changed script never runs under an old name. */
-export const TOKEN_BUCKET_COMMAND = `rateLimitTokenBucket_${createHash('sha1')
-  .update(TOKEN_BUCKET_LUA)
-  .digest('hex')
-  .slice(0, 12)}`;
+export const TOKEN_BUCKET_COMMAND = `rateLimitTokenBucket_${createHash('sha1').update(TOKEN_BUCKET_LUA).digest('hex').slice(0, 12)}`;
 
 export type TokenBucketMode = 'take' | 'peek' | 'refund';
