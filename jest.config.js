@@ -1,36 +1,25 @@
 /**
- * Unit specs beside the library code, e2e specs in test/<scenario>/; all against a real Redis.
+ * Unit specs beside the library code; e2e specs in test/<area>/<topic>/, all against a real Redis.
+ * The areas: http, identity, policies, transports, redis, properties, module, docs, package, and
+ * support (the helpers).
  *
- * Two projects, which `npm test` runs one after the other:
+ * Three projects, chosen by file name, which `npm test` runs one after the other:
+ * - `fast`: everything not below, in parallel.
  * - `timing`: the files whose assertions depend on wall-clock time (a wait bounded by timeoutMs,
- *   allowed ≤ B + R·T, Retry-After after a measured span, retries within a sleep...). Run alone and
- *   in band (`jest --selectProjects timing --runInBand`), so that no other test file, tsc build or
- *   worker app shares the CPU with them.
- * - `fast`: everything else, in parallel.
- * A new file whose assertions depend on timing belongs in TIMING below.
+ *   allowed ≤ B + R·T, Retry-After after a measured span, retries within a sleep...), named
+ *   `*.timing.e2e-spec.ts` (or `*.timing.spec.ts` beside the library). Run alone and in band
+ *   (`--runInBand`), so that no other test file, tsc build or worker app shares the CPU with them.
+ * - `package`: test/package/, the packed library installed into consumer apps that build and run their
+ *   own test runners; the heaviest on the CPU, so last.
+ * A new file whose assertions depend on timing is named with the `.timing` suffix: nothing else to edit.
  *
  * globalSetup finds (or starts) one Redis for the whole run and exports REDIS_URL; globalTeardown
  * stops it and kills every process group a test left running (test/support/test-run.ts).
  */
-const TIMING = [
-  'test/failure-modes/',
-  'test/clock-skew/',
-  'test/multi-process/',
-  'test/deny-cache/',
-  'test/gateway/',
-  'test/api-keys/',
-  'test/http-headers/',
-  'test/penalties/',
-  'test/per-request/resolver-deadline.e2e-spec.ts',
-  'test/cluster/cluster-breaker.e2e-spec.ts',
-  'test/redis-connection/connection-errors.e2e-spec.ts',
-  'test/redis-connection/startup-check.e2e-spec.ts',
-  'test/redis-connection/failover-and-shutdown.e2e-spec.ts',
-  'libs/rate-limit/src/engine/with-timeout.spec.ts',
-];
+const TIMING = ['<rootDir>/libs/**/*.timing.spec.ts', '<rootDir>/test/**/*.timing.e2e-spec.ts'];
+const PACKAGE = ['<rootDir>/test/package/*.e2e-spec.ts'];
 /** The consumer apps' own e2e specs: their own runners run them against the installed package (test/package). */
 const FIXTURES = '<rootDir>/test/package/fixtures/';
-const escape = (path) => path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
 const common = {
   testEnvironment: 'node',
@@ -44,7 +33,7 @@ const common = {
   transform: {
     '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: '<rootDir>/tsconfig.json' }],
   },
-  testMatch: ['<rootDir>/libs/**/*.spec.ts', '<rootDir>/test/**/*.e2e-spec.ts'],
+  testPathIgnorePatterns: ['/node_modules/', FIXTURES],
   testTimeout: 30_000,
   globalSetup: '<rootDir>/test/support/global-setup.mjs',
   globalTeardown: '<rootDir>/test/support/global-teardown.mjs',
@@ -59,12 +48,10 @@ export default {
     {
       ...common,
       displayName: 'fast',
-      testPathIgnorePatterns: ['/node_modules/', FIXTURES, ...TIMING.map((p) => `<rootDir>/${escape(p)}`)],
+      testMatch: ['<rootDir>/libs/**/*.spec.ts', '<rootDir>/test/**/*.e2e-spec.ts'],
+      testPathIgnorePatterns: [...common.testPathIgnorePatterns, '\\.timing\\.(e2e-)?spec\\.ts$', '<rootDir>/test/package/'],
     },
-    {
-      ...common,
-      displayName: 'timing',
-      testMatch: TIMING.map((p) => (p.endsWith('/') ? `<rootDir>/${p}**/*.e2e-spec.ts` : `<rootDir>/${p}`)),
-    },
+    { ...common, displayName: 'timing', testMatch: TIMING },
+    { ...common, displayName: 'package', testMatch: PACKAGE },
   ],
 };

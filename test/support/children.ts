@@ -16,7 +16,7 @@ export const CHILDREN_DIR_ENV = 'RL_TEST_CHILDREN_DIR';
 
 /**
  * A file to which every spawn appends a line `<pid> <command> <args...>`, never removed: how
- * test/leaks/no-leaks.e2e-spec.ts finds every child of the run it checks.
+ * test/module/leaks/no-leaks.e2e-spec.ts finds every child of the run it checks.
  */
 export const SPAWN_LOG_ENV = 'RL_TEST_SPAWN_LOG';
 

@@ -1,7 +1,7 @@
 /**
  * A reference model of the token bucket, written from DESIGN.md ("The algorithm") and the README
  * ("The algorithm": bounds, one bucket per key per call, state it does not trust, clocks; "Penalties
- * (`blockSeconds`)"). It imports nothing from the library on purpose: the property test (test/model/, and
+ * (`blockSeconds`)"). It imports nothing from the library on purpose: the property test (test/properties/model/, and
  * `verifyBucketStore` for any store) compares the Lua script, the memory store and other stores with it,
  * so it must not share their code.
  *

@@ -6,7 +6,7 @@ import type { ModelOutcome, ModelPolicy, ModelRequest } from './bucket-model.js'
 /**
  * What the model-based property test draws, and how a store's reply is compared with the model's:
  * shared by `verifyBucketStore` (any store, through its interface) and the repository's own test of the
- * Lua script and the memory store (test/model/, which also reads their stored state and damages it).
+ * Lua script and the memory store (test/properties/model/, which also reads their stored state and damages it).
  * The arbitraries are kept as they were drawn before they moved here, so a seed replays the same sequences.
  */
 

@@ -38,7 +38,7 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../token-
  * the codes of both.
  *
  * Numbers are written as Lua numbers: Redis turns a number argument of redis.call into a string that
- * reads back as the same double (test/token-bucket/script-numbers checks it), so no string.format.
+ * reads back as the same double (test/properties/token-bucket/script-numbers checks it), so no string.format.
  *
  * Penalties: a bucket with blockSeconds b > 0 that lacks its cost in a refused take, and is not
  * penalised already (no field `b` > now), gets tokens min(t, P - b*R) and `b` = now + b*1000 (when its

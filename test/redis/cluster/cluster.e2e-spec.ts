@@ -1,0 +1,269 @@
+import { createHash } from 'node:crypto';
+import type { INestApplication } from '@nestjs/common';
+import { Test, type TestingModule } from '@nestjs/testing';
+import { type Cluster, Redis } from 'ioredis';
+import request from 'supertest';
+import { BucketService, RateLimitModule } from 'nest-redis-rate-limit';
+import { createApp, PLATFORMS } from '../../support/app.js';
+import { LocalCluster } from '../../support/cluster.js';
+import { commandCalls, hasRedisServerBinary, testPrefix, tokensOf } from '../../support/redis.js';
+import { clusterAppModule } from './app.module.js';
+
+/**
+ * `RateLimitModule.forRoot({ redis: new Cluster([...]) })` against a local 3-master Redis Cluster.
+ * Every allowed response must carry rate-limit headers: an error such as CROSSSLOT would otherwise
+ * pass unseen as a failure-mode ('open') admission.
+ */
+
+/** The identity of an API key as the README documents it without `keys.secret`: `key:<32 hex digits of SHA-256>`. */
+const apiKeyIdentity = (apiKey: string) => `key:${createHash('sha256').update(apiKey).digest('hex').slice(0, 32)}`;
+/** A BucketService bucket as the README documents it: `{keyPrefix}{<name>}` (for a name of safe characters). */
+const serviceKey = (prefix: string, name: string) => `${prefix}{${name}}`;
+
+let cluster: LocalCluster;
+/** Plain connections to each master, for per-node counts and scans. */
+let masters: Redis[];
+/** For each slot, the index of the master that owns it. */
+let slotOwner: number[];
+
+beforeAll(async () => {
+  if (!hasRedisServerBinary()) throw new Error('the Redis Cluster tests need the redis-server binary on PATH');
+  cluster = await LocalCluster.start(3);
+  masters = cluster.nodes.map((n) => new Redis({ host: n.host, port: n.port }));
+  const ranges = (await masters[0].call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][];
+  slotOwner = new Array<number>(16384);
+  for (const [first, last, [, port]] of ranges) {
+    const owner = cluster.nodes.findIndex((n) => n.port === Number(port));
+    for (let slot = first; slot <= last; slot++) slotOwner[slot] = owner;
+  }
+}, 60_000);
+
+afterAll(async () => {
+  masters?.forEach((m) => m.disconnect());
+  await cluster?.stop();
+});
+
+/** Index of the master holding `key`. */
+async function ownerOf(key: string): Promise<number> {
+  return slotOwner[Number(await masters[0].call('CLUSTER', 'KEYSLOT', key))];
+}
+
+/** Script calls (EVALSHA, and the EVAL that loads the script on a new connection) per master so far. */
+function scriptCallsPerMaster(): Promise<number[]> {
+  return Promise.all(masters.map(async (m) => (await commandCalls(m, 'evalsha')) + (await commandCalls(m, 'eval'))));
+}
+
+describe.each(PLATFORMS)('a Redis Cluster of 3 masters on %s', (platform) => {
+  const prefix = testPrefix(`cluster-${platform}`);
+  let client: Cluster;
+  let app: INestApplication;
+  let url: string;
+
+  beforeAll(async () => {
+    client = await cluster.client();
+    // Every denial must reach the cluster here (script calls per master, refunds): the deny cache, which
+    // would answer repeated denials in process, has tests of its own (test/redis/deny-cache).
+    app = await createApp(clusterAppModule({ redis: client, keyPrefix: prefix, denyCache: false }), platform);
+    await app.listen(0, '127.0.0.1');
+    url = await app.getUrl();
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await client?.quit();
+  });
+
+  async function tokens(key: string): Promise<number> {
+    return tokensOf(client, key);
+  }
+
+  it('answers 30 simultaneous first requests from the store and spreads their 30 API-key buckets over all three masters', async () => {
+    // The first decisions of the app: no master connection may still be opening (that would fail open).
+    const responses = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => request(url).get('/cluster/per-key').set('x-api-key', `spread-${i}`)),
+    );
+    for (const res of responses) {
+      expect(res.status).toBe(200);
+      expect(res.headers['x-ratelimit-remaining']).toBe('4');
+    }
+    const perMaster = await Promise.all(masters.map(async (m) => (await m.keys(`${prefix}*:c-per-key`)).length));
+    expect(perMaster.reduce((a, b) => a + b, 0)).toBe(30);
+    for (const count of perMaster) expect(count).toBeGreaterThan(0);
+  });
+
+  it('decides a one-policy route: 3 allowed with headers, then 429 with Retry-After 100', async () => {
+    for (let remaining = 2; remaining >= 0; remaining--) {
+      const res = await request(url).get('/cluster/single').expect(200);
+      expect(res.headers['x-ratelimit-limit']).toBe('3');
+      expect(res.headers['x-ratelimit-remaining']).toBe(String(remaining));
+    }
+    const denied = await request(url).get('/cluster/single').expect(429);
+    expect(denied.headers['retry-after']).toBe('100');
+    expect(denied.body.retryAfter).toBe(100);
+  });
+
+  it('decides two policies on one identity in one script on the master owning the tag, all or nothing', async () => {
+    const burstKey = `${prefix}{ip:127.0.0.1}:c-burst`;
+    const quotaKey = `${prefix}{ip:127.0.0.1}:c-quota`;
+    const owner = await ownerOf(burstKey);
+    expect(await ownerOf(quotaKey)).toBe(owner);
+    const before = await scriptCallsPerMaster();
+    for (let i = 0; i < 3; i++) {
+      const res = await request(url).get('/cluster/double').expect(200);
+      expect(res.headers['x-ratelimit-limit']).toBe('3');
+    }
+    for (let i = 0; i < 5; i++) await request(url).get('/cluster/double').expect(429);
+    const after = await scriptCallsPerMaster();
+    // One script call per request, all on the owner.
+    expect(after[owner] - before[owner]).toBe(8);
+    expect(after.filter((_, i) => i !== owner)).toEqual(before.filter((_, i) => i !== owner));
+    // The quota's 5 denials took nothing from the burst bucket.
+    expect(await tokens(burstKey)).toBeGreaterThanOrEqual(7);
+    expect(await tokens(burstKey)).toBeLessThan(7.1);
+    expect(await tokens(quotaKey)).toBeLessThan(0.1);
+  });
+
+  it('decides policies on different identities group by group and gives back the IP group’s token when the API-key group refuses', async () => {
+    const ipKey = `${prefix}{ip:127.0.0.1}:c-ip`;
+    // An API key whose bucket lives on another master than the IP's.
+    let apiKey = '';
+    for (let i = 0; apiKey === ''; i++) {
+      const candidate = `cluster-key-${i}`;
+      if ((await ownerOf(`{${apiKeyIdentity(candidate)}}`)) !== (await ownerOf(ipKey))) apiKey = candidate;
+    }
+    const keyKey = `${prefix}{${apiKeyIdentity(apiKey)}}:c-key`;
+    for (let i = 0; i < 3; i++) {
+      const res = await request(url).get('/cluster/mixed').set('x-api-key', apiKey).expect(200);
+      // The API-key bucket (3) has fewer tokens left than the IP bucket (10): it is the policy described.
+      expect([res.headers['x-ratelimit-limit'], res.headers['x-ratelimit-remaining']]).toEqual(['3', String(2 - i)]);
+    }
+    expect(await tokens(ipKey)).toBeCloseTo(7, 1);
+    for (let i = 0; i < 10; i++) {
+      const denied = await request(url).get('/cluster/mixed').set('x-api-key', apiKey).expect(429);
+      // The API-key bucket is empty (100 s to the next token): it is the policy described.
+      expect(denied.headers['retry-after']).toBe('100');
+      expect(denied.headers['x-ratelimit-limit']).toBe('3');
+    }
+    // Ten denials, each taking a token from the IP bucket and giving it back: still 7.
+    const ipTokens = await tokens(ipKey);
+    expect(ipTokens).toBeGreaterThanOrEqual(7);
+    expect(ipTokens).toBeLessThan(7.1);
+    expect(await tokens(keyKey)).toBeLessThan(0.1);
+    // So the same IP with another API key is still allowed, with 6 IP tokens left.
+    const other = await request(url).get('/cluster/mixed').set('x-api-key', `${apiKey}-other`).expect(200);
+    // Its fresh API-key bucket has 2 of 3 left, the IP bucket 6 of 10: the API-key bucket is described.
+    expect([other.headers['x-ratelimit-limit'], other.headers['x-ratelimit-remaining']]).toEqual(['3', '2']);
+    expect(await tokens(ipKey)).toBeCloseTo(6, 1);
+  });
+
+  it('leaves the Cluster client it was given open when the app closes (the caller owns it)', async () => {
+    await app.close();
+    expect(client.status).toBe('ready');
+    expect(await client.set(`${prefix}still-open`, '1')).toBe('OK');
+  });
+});
+
+describe('BucketService.consumeAll on a Redis Cluster', () => {
+  const prefix = testPrefix('cluster-service');
+  const FIVE = { capacity: 5, refillPerSecond: 0.01 };
+  const TEN = { capacity: 10, refillPerSecond: 0.01 };
+  let client: Cluster;
+  let moduleRef: TestingModule;
+  let buckets: BucketService;
+
+  beforeAll(async () => {
+    client = await cluster.client();
+    moduleRef = await Test.createTestingModule({
+      imports: [RateLimitModule.forRoot({ redis: client, keyPrefix: prefix })],
+    }).compile();
+    await moduleRef.init();
+    buckets = moduleRef.get(BucketService);
+  });
+
+  afterAll(async () => {
+    await moduleRef?.close();
+    await client?.quit();
+  });
+
+  /** Two bucket names whose keys live on different masters. */
+  async function namesOnTwoMasters(stem: string): Promise<[string, string]> {
+    const first = `${stem}-a`;
+    const owner = await ownerOf(serviceKey(prefix, first));
+    for (let i = 0; ; i++) {
+      const second = `${stem}-b${i}`;
+      if ((await ownerOf(serviceKey(prefix, second))) !== owner) return [first, second];
+    }
+  }
+
+  it('gives back the first bucket’s tokens when the second, on another master, refuses', async () => {
+    const [a, b] = await namesOnTwoMasters('refund');
+    const entries = [
+      { name: a, policy: TEN, cost: 4 },
+      { name: b, policy: FIVE, cost: 3 },
+    ];
+    expect((await buckets.consumeAll(entries)).allowed).toBe(true);
+    const denied = await buckets.consumeAll(entries);
+    expect(denied.allowed).toBe(false);
+    expect(denied.decisions.map((d) => d.remaining)).toEqual([6, 2]);
+    expect((await buckets.peek(a, TEN)).remaining).toBe(6);
+    expect((await buckets.peek(b, FIVE)).remaining).toBe(2);
+  });
+
+  it('never admits more than the tighter bucket allows under 40 simultaneous calls, and every token taken by a refused call comes back', async () => {
+    const [large, small] = await namesOnTwoMasters('race');
+    const decisions = await Promise.all(
+      Array.from({ length: 40 }, () =>
+        buckets.consumeAll([
+          { name: large, policy: TEN },
+          { name: small, policy: FIVE },
+        ]),
+      ),
+    );
+    const allowed = decisions.filter((d) => d.allowed).length;
+    expect(allowed).toBeGreaterThan(0);
+    expect(allowed).toBeLessThanOrEqual(5);
+    // Whatever the interleaving: each bucket lost exactly one token per admitted call.
+    expect((await buckets.peek(large, TEN)).remaining).toBe(10 - allowed);
+    expect((await buckets.peek(small, FIVE)).remaining).toBe(5 - allowed);
+  });
+});
+
+describe('coalescing on a Redis Cluster: one shared call per slot and turn', () => {
+  const prefix = testPrefix('cluster-coalescing');
+  let moduleRef: TestingModule;
+  let client: Cluster;
+  let buckets: BucketService;
+
+  beforeAll(async () => {
+    client = await cluster.client();
+    moduleRef = await Test.createTestingModule({
+      imports: [RateLimitModule.forRoot({ redis: client, keyPrefix: prefix, denyCache: false })],
+    }).compile();
+    await moduleRef.init();
+    buckets = moduleRef.get(BucketService);
+  });
+
+  afterAll(async () => {
+    await moduleRef?.close();
+    await client?.quit();
+  });
+
+  it('decides 15 simultaneous calls on each of 3 names on 3 masters in 2 calls per master, exactly 5 allowed each', async () => {
+    const names: string[] = [];
+    const owners = new Set<number>();
+    for (let i = 0; names.length < 3; i++) {
+      const owner = await ownerOf(serviceKey(prefix, `name-${i}`));
+      if (!owners.has(owner)) {
+        owners.add(owner);
+        names.push(`name-${i}`);
+      }
+    }
+    const FIVE = { capacity: 5, refillPerSecond: 1e-6 };
+    const before = await scriptCallsPerMaster();
+    const decisions = await Promise.all(names.flatMap((name) => Array.from({ length: 15 }, () => buckets.consume(name, FIVE))));
+    const after = await scriptCallsPerMaster();
+    names.forEach((_, n) => expect(decisions.slice(15 * n, 15 * n + 15).filter((d) => d.allowed)).toHaveLength(5));
+    // Per slot: the first decision of the turn alone, the other 14 in one call.
+    expect(after.map((calls, m) => calls - before[m])).toEqual([2, 2, 2]);
+  });
+});
