@@ -1,9 +1,9 @@
 import type { INestApplication } from '@nestjs/common';
-import { Redis } from 'ioredis';
 import request from 'supertest';
 import type { RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../../support/app.js';
-import { deleteKeys, redisUrl, testPrefix } from '../../support/redis.js';
+import { redisUrl } from '../../support/redis.js';
+import { redisScenario } from '../../support/scenario.js';
 import { headersAppModule } from './app.module.js';
 
 const RATE_LIMIT_HEADERS = [
@@ -28,23 +28,17 @@ async function burst(app: INestApplication, path: string, n: number) {
 const ATTEMPTS = 3;
 
 describe.each(PLATFORMS)('rate-limit headers on %s', (platform) => {
-  const prefix = testPrefix(`headers-${platform}`);
-  let client: Redis;
-  const apps: INestApplication[] = [];
+  const scenario = redisScenario(`headers-${platform}`);
 
   async function start(options: RateLimitModuleOptions = {}): Promise<INestApplication> {
-    const app = await createApp(headersAppModule({ redis: await redisUrl(), keyPrefix: `${prefix}${apps.length}:`, ...options }), platform);
-    apps.push(app);
+    const app = await createApp(headersAppModule({ redis: await redisUrl(), keyPrefix: scenario.nextKeyPrefix(), ...options }), platform);
+    scenario.track(app);
     return app;
   }
 
-  beforeAll(async () => {
-    client = new Redis(await redisUrl());
-  });
-
   /** Redis's clock in ms: the clock the script refills by. */
   async function redisMs(): Promise<number> {
-    const [seconds, micros] = await client.time();
+    const [seconds, micros] = await scenario.client.time();
     return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
   }
 
@@ -74,12 +68,6 @@ describe.each(PLATFORMS)('rate-limit headers on %s', (platform) => {
         throw new Error(`inconclusive ${ATTEMPTS} times: the last scenario took ${spanMs} ms of Redis time (under 1 s needed)`);
     }
   }
-
-  afterAll(async () => {
-    await Promise.all(apps.map((app) => app.close()));
-    await deleteKeys(client, prefix);
-    await client.quit();
-  });
 
   it('sends X-RateLimit-* and the draft-6 fields by default, all integers', async () => {
     const app = await start();

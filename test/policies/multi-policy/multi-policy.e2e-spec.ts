@@ -1,56 +1,43 @@
-import type { INestApplication } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
-import { Redis } from 'ioredis';
 import request from 'supertest';
 import { BucketService, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../../support/app.js';
-import { deleteKeys, redisUrl, testPrefix, tokensOf } from '../../support/redis.js';
+import { redisUrl, tokensOf } from '../../support/redis.js';
+import { redisScenario } from '../../support/scenario.js';
 import { multiPolicyAppModule } from './app.module.js';
 
 /** Tokens stored in a bucket hash right now (no refill applied); throws when the bucket does not exist. */
 const storedTokens = tokensOf;
 
 describe.each(PLATFORMS)('several policies on one route decide as one on %s', (platform) => {
-  const prefix = testPrefix(`multi-policy-${platform}`);
-  let client: Redis;
-  const apps: INestApplication[] = [];
+  const scenario = redisScenario(`multi-policy-${platform}`);
 
   /** Starts an app listening on a port of its own; returns its base URL and its key prefix. */
   async function start(options: RateLimitModuleOptions = {}): Promise<{ url: string; keyPrefix: string }> {
-    const keyPrefix = `${prefix}${apps.length}:`;
+    const keyPrefix = scenario.nextKeyPrefix();
     const app = await createApp(multiPolicyAppModule({ redis: await redisUrl(), keyPrefix, ...options }), platform);
-    apps.push(app);
+    scenario.track(app);
     await app.listen(0, '127.0.0.1');
     return { url: await app.getUrl(), keyPrefix };
   }
-
-  beforeAll(async () => {
-    client = new Redis(await redisUrl());
-  });
-
-  afterAll(async () => {
-    await Promise.all(apps.map((app) => app.close()));
-    await deleteKeys(client, prefix);
-    await client.quit();
-  });
 
   it('spends no burst token on requests the hourly quota denies, even 20 in a row', async () => {
     const { url, keyPrefix } = await start();
     for (let i = 0; i < 3; i++) await request(url).get('/multi/quota').expect(200);
     const burstKey = `${keyPrefix}{ip:127.0.0.1}:burst`;
     const hourlyKey = `${keyPrefix}{ip:127.0.0.1}:hourly`;
-    expect(await storedTokens(client, burstKey)).toBeCloseTo(7, 1);
-    expect(await storedTokens(client, hourlyKey)).toBeCloseTo(0, 2);
+    expect(await storedTokens(scenario.client, burstKey)).toBeCloseTo(7, 1);
+    expect(await storedTokens(scenario.client, hourlyKey)).toBeCloseTo(0, 2);
     for (let i = 0; i < 20; i++) {
       const denied = await request(url).get('/multi/quota').expect(429);
       // The quota's next token is 1200 s away (3 per hour); the burst bucket would allow.
       expect(denied.headers['retry-after']).toBe('1200');
     }
     // 20 denials later the burst bucket still holds 7 tokens (plus what 0.01/s refilled meanwhile).
-    const burstAfter = await storedTokens(client, burstKey);
+    const burstAfter = await storedTokens(scenario.client, burstKey);
     expect(burstAfter).toBeGreaterThanOrEqual(7);
     expect(burstAfter).toBeLessThan(7.2);
-    expect(await storedTokens(client, hourlyKey)).toBeLessThan(0.05);
+    expect(await storedTokens(scenario.client, hourlyKey)).toBeLessThan(0.05);
   });
 
   it('allows exactly 3 of 30 simultaneous requests on the quota route and drains the burst bucket by exactly 3', async () => {
@@ -59,7 +46,7 @@ describe.each(PLATFORMS)('several policies on one route decide as one on %s', (p
     const statuses = responses.map((r) => r.status);
     expect(statuses.filter((s) => s === 200)).toHaveLength(3);
     expect(statuses.filter((s) => s === 429)).toHaveLength(27);
-    const burst = await storedTokens(client, `${keyPrefix}{ip:127.0.0.1}:burst`);
+    const burst = await storedTokens(scenario.client, `${keyPrefix}{ip:127.0.0.1}:burst`);
     expect(burst).toBeGreaterThanOrEqual(7);
     expect(burst).toBeLessThan(7.2);
   });
@@ -135,18 +122,16 @@ describe.each(PLATFORMS)('several policies on one route decide as one on %s', (p
 });
 
 describe('BucketService.consumeAll decides several buckets as one', () => {
-  const prefix = testPrefix('multi-policy-service');
+  const scenario = redisScenario('multi-policy-service');
   const FIVE = { capacity: 5, refillPerSecond: 0.01 };
   const THREE = { capacity: 3, refillPerSecond: 0.01 };
   const TEN = { capacity: 10, refillPerSecond: 0.01 };
-  let client: Redis;
   let moduleRef: TestingModule;
   let buckets: BucketService;
 
   beforeAll(async () => {
-    client = new Redis(await redisUrl());
     moduleRef = await Test.createTestingModule({
-      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: prefix })],
+      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: scenario.prefix })],
     }).compile();
     await moduleRef.init();
     buckets = moduleRef.get(BucketService);
@@ -154,8 +139,6 @@ describe('BucketService.consumeAll decides several buckets as one', () => {
 
   afterAll(async () => {
     await moduleRef.close();
-    await deleteKeys(client, prefix);
-    await client.quit();
   });
 
   it('drains both buckets when both hold the cost, and neither when one does not', async () => {

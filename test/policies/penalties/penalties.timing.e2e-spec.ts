@@ -1,9 +1,9 @@
 import { type INestApplication, Module } from '@nestjs/common';
-import { Redis } from 'ioredis';
 import request from 'supertest';
 import { RateLimitModule } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../../support/app.js';
-import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../../support/redis.js';
+import { keysUnder, redisUrl } from '../../support/redis.js';
+import { redisScenario } from '../../support/scenario.js';
 import { PenalizedController } from './penalized.controller.js';
 
 /**
@@ -16,40 +16,28 @@ import { PenalizedController } from './penalized.controller.js';
 const BURST_ATTEMPTS = 3;
 
 describe.each(PLATFORMS)('penalties (blockSeconds) on %s', (platform) => {
-  const prefix = testPrefix(`penalties-${platform}`);
-  let client: Redis;
-  const apps: INestApplication[] = [];
+  const scenario = redisScenario(`penalties-${platform}`);
 
   async function start(denyCache: boolean): Promise<{ app: INestApplication; keyPrefix: string }> {
-    const keyPrefix = `${prefix}${apps.length}:`;
+    const keyPrefix = scenario.nextKeyPrefix();
     const url = await redisUrl();
     @Module({ imports: [RateLimitModule.forRoot({ redis: url, keyPrefix, denyCache })], controllers: [PenalizedController] })
     class PenaltiesModule {}
     const app = await createApp(PenaltiesModule, platform);
-    apps.push(app);
+    scenario.track(app);
     return { app, keyPrefix };
   }
 
   /** The one bucket under `keyPrefix`, read with HMGET; fails when there is none (a missing key reads as full). */
   async function bucket(keyPrefix: string): Promise<{ tokens: number; ts: number; b: number }> {
-    const keys = await keysUnder(client, keyPrefix);
+    const keys = await keysUnder(scenario.client, keyPrefix);
     expect(keys).toHaveLength(1);
-    expect(await client.exists(keys[0])).toBe(1);
-    const [tokens, ts, b] = await client.hmget(keys[0], 'tokens', 'ts', 'b');
+    expect(await scenario.client.exists(keys[0])).toBe(1);
+    const [tokens, ts, b] = await scenario.client.hmget(keys[0], 'tokens', 'ts', 'b');
     expect(tokens).not.toBeNull();
     expect(ts).not.toBeNull();
     return { tokens: Number(tokens), ts: Number(ts), b: b === null ? Number.NaN : Number(b) };
   }
-
-  beforeAll(async () => {
-    client = new Redis(await redisUrl());
-  });
-
-  afterAll(async () => {
-    await Promise.all(apps.map((app) => app.close()));
-    await deleteKeys(client, prefix);
-    await client.quit();
-  });
 
   describe.each([
     ['with the deny cache', true],
@@ -70,7 +58,7 @@ describe.each(PLATFORMS)('penalties (blockSeconds) on %s', (platform) => {
       const penalised = await bucket(keyPrefix);
       expect(penalised.tokens).toBe(-29);
       expect(penalised.b - penalised.ts).toBe(30_000);
-      expect(await client.pttl((await keysUnder(client, keyPrefix))[0])).toBeGreaterThan(30_000);
+      expect(await scenario.client.pttl((await keysUnder(scenario.client, keyPrefix))[0])).toBeGreaterThan(30_000);
 
       // Retries at once and a little later: refused, the wait counting down from the first refusal.
       // The penalty began between `sent` and `received`; a retry is answered between its own two times.

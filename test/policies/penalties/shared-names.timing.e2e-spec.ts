@@ -1,9 +1,9 @@
-import { type INestApplication, Module } from '@nestjs/common';
-import { Redis } from 'ioredis';
+import { Module } from '@nestjs/common';
 import request from 'supertest';
 import { RateLimitModule } from 'nest-redis-rate-limit';
 import { createApp } from '../../support/app.js';
-import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../../support/redis.js';
+import { keysUnder, redisUrl } from '../../support/redis.js';
+import { redisScenario } from '../../support/scenario.js';
 import { SharedNamesController } from './shared-names.controller.js';
 
 /**
@@ -16,36 +16,24 @@ import { SharedNamesController } from './shared-names.controller.js';
  * requests are less than a second apart (timing project).
  */
 describe('penalties with per-request costs and shared names (issue 22)', () => {
-  const prefix = testPrefix('shared-names');
-  let client: Redis;
-  const apps: INestApplication[] = [];
+  const scenario = redisScenario('shared-names');
 
   async function start(): Promise<{ get: (path: string) => request.Test; keyPrefix: string }> {
-    const keyPrefix = `${prefix}${apps.length}:`;
+    const keyPrefix = scenario.nextKeyPrefix();
     const url = await redisUrl();
     @Module({ imports: [RateLimitModule.forRoot({ redis: url, keyPrefix })], controllers: [SharedNamesController] })
     class SharedNamesModule {}
     const app = await createApp(SharedNamesModule, 'express');
-    apps.push(app);
+    scenario.track(app);
     return { get: (path) => request(app.getHttpServer()).get(path), keyPrefix };
   }
 
   /** The TTL of the one bucket under `keyPrefix`, in ms. */
   async function ttlOf(keyPrefix: string): Promise<number> {
-    const keys = await keysUnder(client, keyPrefix);
+    const keys = await keysUnder(scenario.client, keyPrefix);
     expect(keys).toHaveLength(1);
-    return client.pttl(keys[0]);
+    return scenario.client.pttl(keys[0]);
   }
-
-  beforeAll(async () => {
-    client = new Redis(await redisUrl());
-  });
-
-  afterAll(async () => {
-    await Promise.all(apps.map((app) => app.close()));
-    await deleteKeys(client, prefix);
-    await client.quit();
-  });
 
   it('a refused n=100 penalises the client for 5 s: the next n=1 is refused with Retry-After 5', async () => {
     const { get } = await start();

@@ -1,25 +1,23 @@
 import { type INestApplication, Logger } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { Redis } from 'ioredis';
 import request from 'supertest';
 import { RateLimit, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { Controller, Get, Module } from '@nestjs/common';
 import { createApp, PLATFORMS } from '../../support/app.js';
 import { LogRecorder } from '../../support/log-recorder.js';
-import { deleteKeys, redisUrl, testPrefix, tokensOf } from '../../support/redis.js';
+import { redisUrl, tokensOf } from '../../support/redis.js';
+import { redisScenario } from '../../support/scenario.js';
 import { PlanLimits, PlanStore, perRequestAppModule } from './per-request.controllers.js';
 
 /** Per-request numbers: functions of the request and resolver classes (issue 12, item 1). */
 describe.each(PLATFORMS)('per-request limits on %s', (platform) => {
-  const prefix = testPrefix(`per-request-${platform}`);
-  let client: Redis;
-  const apps: INestApplication[] = [];
+  const scenario = redisScenario(`per-request-${platform}`, { restoreLogger: true });
   const logs = new LogRecorder();
 
   async function start(options: RateLimitModuleOptions = {}): Promise<{ app: INestApplication; url: string; keyPrefix: string }> {
-    const keyPrefix = `${prefix}${apps.length}:`;
+    const keyPrefix = scenario.nextKeyPrefix();
     const app = await createApp(perRequestAppModule({ redis: await redisUrl(), keyPrefix, ...options }), platform);
-    apps.push(app);
+    scenario.track(app);
     // After the app is made: createApp turns Nest's own logger off.
     Logger.overrideLogger(logs);
     await app.listen(0, '127.0.0.1');
@@ -31,17 +29,6 @@ describe.each(PLATFORMS)('per-request limits on %s', (platform) => {
     for (const r of responses) count.set(r.status, (count.get(r.status) ?? 0) + 1);
     return Object.fromEntries(count);
   };
-
-  beforeAll(async () => {
-    client = new Redis(await redisUrl());
-  });
-
-  afterAll(async () => {
-    await Promise.all(apps.map((app) => app.close()));
-    await deleteKeys(client, prefix);
-    await client.quit();
-    Logger.overrideLogger(false);
-  });
 
   it('gives each user the capacity of its plan: 20 parallel requests allow exactly 5 (pro) and 2 (free)', async () => {
     const { url, keyPrefix } = await start();
@@ -55,8 +42,8 @@ describe.each(PLATFORMS)('per-request limits on %s', (platform) => {
     expect(allowed.headers['ratelimit-limit']).toBe('5');
     expect(allowed.headers['ratelimit-policy']).toBe('5;w=5000');
     expect(free.find((r) => r.status === 429)!.headers['ratelimit-limit']).toBe('2');
-    expect(await tokensOf(client, `${keyPrefix}{user:ann}:PerRequestController.plan`)).toBeLessThan(0.1);
-    expect(await tokensOf(client, `${keyPrefix}{user:bob}:PerRequestController.plan`)).toBeLessThan(0.1);
+    expect(await tokensOf(scenario.client, `${keyPrefix}{user:ann}:PerRequestController.plan`)).toBeLessThan(0.1);
+    expect(await tokensOf(scenario.client, `${keyPrefix}{user:bob}:PerRequestController.plan`)).toBeLessThan(0.1);
   });
 
   it('takes a cost computed from the request (async), exactly', async () => {
@@ -67,7 +54,7 @@ describe.each(PLATFORMS)('per-request limits on %s', (platform) => {
     const denied = await request(url).get('/dyn/cost?n=4').expect(429);
     expect(denied.headers['retry-after']).toBe('1000');
     expect((await request(url).get('/dyn/cost?n=3').expect(200)).headers['ratelimit-remaining']).toBe('0');
-    const tokens = await tokensOf(client, key);
+    const tokens = await tokensOf(scenario.client, key);
     expect(tokens).toBeGreaterThanOrEqual(0);
     expect(tokens).toBeLessThan(0.05);
   });
@@ -83,7 +70,7 @@ describe.each(PLATFORMS)('per-request limits on %s', (platform) => {
     expect(warned).toHaveLength(1);
     expect(warned[0]).toContain('capacity must be an integer >= 1 (got 0)');
     expect(warned[0]).toContain('refused with 500');
-    expect(await client.exists(`${keyPrefix}{ip:127.0.0.1}:PerRequestController.query`)).toBe(0);
+    expect(await scenario.client.exists(`${keyPrefix}{ip:127.0.0.1}:PerRequestController.query`)).toBe(0);
     // A valid one on the same route is limited as usual.
     await request(url).get('/dyn/query?capacity=1').expect(200);
     await request(url).get('/dyn/query?capacity=1').expect(429);
@@ -111,12 +98,12 @@ describe.each(PLATFORMS)('per-request limits on %s', (platform) => {
     const key = `${keyPrefix}{user:eve}:PerRequestController.resolved`;
     store.plans.set('eve', { capacity: 5, refillPerSecond: 0.001 });
     await request(url).get('/dyn/resolved').set('x-user', 'eve').expect(200);
-    expect(await tokensOf(client, key)).toBeCloseTo(4, 2);
+    expect(await tokensOf(scenario.client, key)).toBeCloseTo(4, 2);
     // Downgrade: 4 tokens capped at 2, one taken.
     store.plans.set('eve', { capacity: 2, refillPerSecond: 0.001 });
     const down = await request(url).get('/dyn/resolved').set('x-user', 'eve').expect(200);
     expect(down.headers['ratelimit-remaining']).toBe('1');
-    expect(await tokensOf(client, key)).toBeCloseTo(1, 2);
+    expect(await tokensOf(scenario.client, key)).toBeCloseTo(1, 2);
     // Upgrade: the bucket is not topped up.
     store.plans.set('eve', { capacity: 5, refillPerSecond: 0.001 });
     expect((await request(url).get('/dyn/resolved').set('x-user', 'eve').expect(200)).headers['ratelimit-remaining']).toBe('0');

@@ -1,40 +1,27 @@
 import { type INestApplication, Logger } from '@nestjs/common';
-import { Redis } from 'ioredis';
 import request from 'supertest';
 import { BucketService, RateLimitUnavailableError, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../../support/app.js';
 import { LogRecorder } from '../../support/log-recorder.js';
-import { deleteKeys, redisUrl, testPrefix, tokensOf } from '../../support/redis.js';
+import { redisUrl, tokensOf } from '../../support/redis.js';
+import { redisScenario } from '../../support/scenario.js';
 import { refundsAppModule } from './refunds.controllers.js';
 
 /** Refunds by outcome (`refundOn`) and `BucketService.refund` (issue 12, item 2). */
 describe.each(PLATFORMS)('refunds by outcome on %s', (platform) => {
-  const prefix = testPrefix(`refunds-${platform}`);
-  let client: Redis;
-  const apps: INestApplication[] = [];
+  const scenario = redisScenario(`refunds-${platform}`, { restoreLogger: true });
   const logs = new LogRecorder();
 
   async function start(options: RateLimitModuleOptions = {}): Promise<{ app: INestApplication; url: string; keyPrefix: string }> {
-    const keyPrefix = `${prefix}${apps.length}:`;
+    const keyPrefix = scenario.nextKeyPrefix();
     const app = await createApp(refundsAppModule({ redis: await redisUrl(), keyPrefix, ...options }), platform);
-    apps.push(app);
+    scenario.track(app);
     Logger.overrideLogger(logs);
     await app.listen(0, '127.0.0.1');
     return { app, url: await app.getUrl(), keyPrefix };
   }
 
   const key = (keyPrefix: string, scope: string, id = 'ip:127.0.0.1') => `${keyPrefix}{${id}}:${scope}`;
-
-  beforeAll(async () => {
-    client = new Redis(await redisUrl());
-  });
-
-  afterAll(async () => {
-    await Promise.all(apps.map((app) => app.close()));
-    await deleteKeys(client, prefix);
-    await client.quit();
-    Logger.overrideLogger(false);
-  });
 
   it('counts only failed logins: 10 successes cost nothing, then 3 failures empty the bucket', async () => {
     const { url, keyPrefix } = await start();
@@ -44,7 +31,7 @@ describe.each(PLATFORMS)('refunds by outcome on %s', (platform) => {
       // The headers are written again after the refund: the token is back.
       expect(ok.headers['ratelimit-remaining']).toBe('3');
     }
-    expect(await tokensOf(client, bucket)).toBe(3);
+    expect(await tokensOf(scenario.client, bucket)).toBe(3);
     for (const remaining of ['2', '1', '0']) {
       const failed = await request(url).post('/refunds/login').send({ password: 'wrong' }).expect(401);
       expect(failed.headers['ratelimit-remaining']).toBe(remaining);
@@ -61,7 +48,7 @@ describe.each(PLATFORMS)('refunds by outcome on %s', (platform) => {
     const statuses = responses.map((r) => r.status).sort();
     expect(statuses.filter((s) => s === 401)).toHaveLength(3);
     expect(statuses.filter((s) => s === 429)).toHaveLength(17);
-    const tokens = await tokensOf(client, key(keyPrefix, 'RefundsController.login'));
+    const tokens = await tokensOf(scenario.client, key(keyPrefix, 'RefundsController.login'));
     expect(tokens).toBeGreaterThanOrEqual(0);
     expect(tokens).toBeLessThan(0.05);
   });
@@ -72,7 +59,7 @@ describe.each(PLATFORMS)('refunds by outcome on %s', (platform) => {
       const failed = await request(url).get('/refunds/upstream/fail').expect(502);
       expect(failed.headers['ratelimit-remaining']).toBe('2');
     }
-    expect(await tokensOf(client, key(keyPrefix, 'RefundsController.upstream'))).toBe(2);
+    expect(await tokensOf(scenario.client, key(keyPrefix, 'RefundsController.upstream'))).toBe(2);
     await request(url).get('/refunds/upstream/ok').expect(200);
     await request(url).get('/refunds/upstream/ok').expect(200);
     await request(url).get('/refunds/upstream/ok').expect(429);
@@ -90,7 +77,7 @@ describe.each(PLATFORMS)('refunds by outcome on %s', (platform) => {
     expect(failed.headers['x-ratelimit-remaining']).toBe('2');
     expect(failed.headers['ratelimit-remaining']).toBe('2');
     // 2 tokens plus what 0.001/s refilled since the first request (well under 0.05 in any run that passes its timeout).
-    const tokens = await tokensOf(client, bucket);
+    const tokens = await tokensOf(scenario.client, bucket);
     expect(tokens).toBeGreaterThanOrEqual(2);
     expect(tokens).toBeLessThan(2.05);
     expect((await request(url).get('/refunds/partial/ok').expect(200)).headers['x-ratelimit-remaining']).toBe('1');
@@ -102,7 +89,7 @@ describe.each(PLATFORMS)('refunds by outcome on %s', (platform) => {
   it('asks a refundOn function with the status: only 404s are given back', async () => {
     const { url, keyPrefix } = await start();
     for (let i = 0; i < 4; i++) await request(url).get('/refunds/lookup/missing').expect(404);
-    expect(await tokensOf(client, key(keyPrefix, 'RefundsController.lookup'))).toBe(2);
+    expect(await tokensOf(scenario.client, key(keyPrefix, 'RefundsController.lookup'))).toBe(2);
     await request(url).get('/refunds/lookup/a').expect(200);
     await request(url).get('/refunds/lookup/b').expect(200);
     await request(url).get('/refunds/lookup/missing').expect(429);
@@ -124,16 +111,16 @@ describe.each(PLATFORMS)('refunds by outcome on %s', (platform) => {
     const ip = key(keyPrefix, 'both-ip');
     const user = key(keyPrefix, 'both-user', 'user:zoe');
     for (let i = 0; i < 3; i++) await request(url).get('/refunds/both').set('x-user', 'zoe').expect(200);
-    expect(await tokensOf(client, ip)).toBe(4);
-    expect(await tokensOf(client, user)).toBe(2);
+    expect(await tokensOf(scenario.client, ip)).toBe(4);
+    expect(await tokensOf(scenario.client, user)).toBe(2);
     await request(url).get('/refunds/both?fail=1').set('x-user', 'zoe').expect(400);
-    expect(await tokensOf(client, ip)).toBeCloseTo(3, 2);
-    expect(await tokensOf(client, user)).toBeCloseTo(1, 2);
+    expect(await tokensOf(scenario.client, ip)).toBeCloseTo(3, 2);
+    expect(await tokensOf(scenario.client, user)).toBeCloseTo(1, 2);
     // A success now refunds into buckets below capacity (3 of 4, 1 of 2): each phase gets exactly its cost
     // back (within 0.05: 50 s of refill at 0.001/s; a token too many is 1).
     const ok = await request(url).get('/refunds/both').set('x-user', 'zoe').expect(200);
-    expect(await tokensOf(client, ip)).toBeCloseTo(3, 1);
-    expect(await tokensOf(client, user)).toBeCloseTo(1, 1);
+    expect(await tokensOf(scenario.client, ip)).toBeCloseTo(3, 1);
+    expect(await tokensOf(scenario.client, user)).toBeCloseTo(1, 1);
     // The headers describe the most restrictive bucket after the refund: the user's, 1 left.
     expect(ok.headers['x-ratelimit-remaining']).toBe('1');
   });

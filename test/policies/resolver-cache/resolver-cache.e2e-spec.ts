@@ -1,11 +1,11 @@
-import { Body, Controller, type ExecutionContext, type INestApplication, Injectable, Module, Post } from '@nestjs/common';
-import { Redis } from 'ioredis';
+import { Body, Controller, type ExecutionContext, Injectable, Module, Post } from '@nestjs/common';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { RateLimit, RateLimitModule, type RateLimitResolver, type ResolvedLimits } from 'nest-redis-rate-limit';
 import { RouteLimiter } from '../../../libs/rate-limit/src/pipeline/route-limiter.js';
 import { createApp } from '../../support/app.js';
-import { deleteKeys, redisUrl, testPrefix } from '../../support/redis.js';
+import { redisUrl } from '../../support/redis.js';
+import { redisScenario } from '../../support/scenario.js';
 
 /**
  * Issue 22, finding 1: the resolver cache holds, per identity, a bounded key (the bucket key's identity,
@@ -33,19 +33,17 @@ class TenantsController {
 }
 
 describe('the resolver cache', () => {
-  const prefix = testPrefix('resolver-cache');
-  let client: Redis;
-  const apps: INestApplication[] = [];
+  const scenario = redisScenario('resolver-cache');
 
   async function start(resolverCacheMs: number) {
     @Module({
-      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: `${prefix}${apps.length}:`, resolverCacheMs })],
+      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: scenario.nextKeyPrefix(), resolverCacheMs })],
       controllers: [TenantsController],
       providers: [TenantLimits],
     })
     class ResolverCacheModule {}
     const app = await createApp(ResolverCacheModule, 'express');
-    apps.push(app);
+    scenario.track(app);
     await app.listen(0, '127.0.0.1');
     const url = await app.getUrl();
     const numbers = (app.get(RouteLimiter) as unknown as { numbers: { cached: number; cache: Map<string, unknown> } }).numbers;
@@ -63,16 +61,6 @@ describe('the resolver cache', () => {
     };
     return { app, resolver: app.get(TenantLimits), cached, forget, post };
   }
-
-  beforeAll(async () => {
-    client = new Redis(await redisUrl());
-  });
-
-  afterAll(async () => {
-    await Promise.all(apps.map((app) => app.close()));
-    await deleteKeys(client, prefix);
-    await client.quit();
-  });
 
   it('asks the resolver again once resolverCacheMs has passed, and drops the expired entries of other identities', async () => {
     const cacheMs = 300;

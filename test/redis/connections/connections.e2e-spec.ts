@@ -1,13 +1,13 @@
-import { type INestApplication, Module } from '@nestjs/common';
+import { Module } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { IoAdapter } from '@nestjs/platform-socket.io';
 import { WsAdapter } from '@nestjs/platform-ws';
 import { type OnGatewayInit, SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
-import { Redis } from 'ioredis';
 import { io } from 'socket.io-client';
 import WebSocket from 'ws';
 import { BucketService, ConnectionRateLimit, RateLimitModule } from 'nest-redis-rate-limit';
-import { deleteKeys, redisUrl, testPrefix } from '../../support/redis.js';
+import { redisUrl } from '../../support/redis.js';
+import { redisScenario } from '../../support/scenario.js';
 
 /**
  * Issue 13, item 2: a connection-rate limit for gateways (handshakes per IP), on socket.io (middleware)
@@ -48,29 +48,18 @@ class WsGateway implements OnGatewayInit {
 }
 
 describe('a connection-rate limit for gateways', () => {
-  const prefix = testPrefix('connections');
-  let client: Redis;
-  const apps: INestApplication[] = [];
+  const scenario = redisScenario('connections');
 
   async function start(gateway: Function, adapter: 'io' | 'ws'): Promise<string> {
-    @Module({ imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: prefix })], providers: [gateway as never] })
+    @Module({ imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: scenario.prefix })], providers: [gateway as never] })
     class AppModule {}
     const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
     const app = moduleRef.createNestApplication({ logger: false });
     app.useWebSocketAdapter(adapter === 'io' ? new IoAdapter(app) : new WsAdapter(app));
     await app.listen(0, '127.0.0.1');
-    apps.push(app);
+    scenario.track(app);
     return app.getUrl();
   }
-
-  beforeAll(async () => {
-    client = new Redis(await redisUrl());
-  });
-  afterAll(async () => {
-    await Promise.all(apps.map((app) => app.close()));
-    await deleteKeys(client, prefix);
-    client.disconnect();
-  });
 
   it(`socket.io: ${CAPACITY} of ${ATTEMPTS} simultaneous handshakes connect, the others get connect_error RATE_LIMITED`, async () => {
     const url = await start(IoGateway, 'io');
@@ -89,7 +78,7 @@ describe('a connection-rate limit for gateways', () => {
     const refused = outcomes.filter((o) => !o.ok);
     expect(refused).toHaveLength(ATTEMPTS - CAPACITY);
     for (const o of refused) expect(o.error).toEqual({ message: 'Too Many Requests', data: { code: 'RATE_LIMITED', retryAfter: 100 } });
-    expect(await client.exists(`${prefix}{io-connect:ip:127.0.0.1}`)).toBe(1);
+    expect(await scenario.client.exists(`${scenario.prefix}{io-connect:ip:127.0.0.1}`)).toBe(1);
   });
 
   it(`ws: ${CAPACITY} of ${ATTEMPTS} simultaneous upgrades open, the others are answered 429 with Retry-After`, async () => {
@@ -110,7 +99,7 @@ describe('a connection-rate limit for gateways', () => {
     const refused = outcomes.filter((o) => !o.ok);
     expect(refused).toHaveLength(ATTEMPTS - CAPACITY);
     for (const o of refused) expect(o).toEqual({ ok: false, status: 429, retryAfter: '100' });
-    expect(await client.exists(`${prefix}{ws-connect:ip:127.0.0.1}`)).toBe(1);
+    expect(await scenario.client.exists(`${scenario.prefix}{ws-connect:ip:127.0.0.1}`)).toBe(1);
   });
 
   it('refuses a policy that is not one, naming the class', () => {
