@@ -76,7 +76,7 @@ describe('error codes', () => {
         .split(/(?<!\\)\|/)
         .map((cell) => cell.trim());
       if (columns === undefined) columns = cells;
-      else if (!cells.every((cell) => /^-+$/.test(cell)) && columns[0] === 'message') {
+      else if (!cells.every((cell) => /^-+$/.test(cell)) && columns.includes('message')) {
         const code = cells[columns.indexOf('code')];
         if (code === undefined || !table.includes(code.replaceAll('`', ''))) rows.push(line);
       }

@@ -155,7 +155,7 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return proto === Object.prototype || proto === null;
 }
 
-/** A key ioredis does not read is `ERR_RATE_LIMIT_UNKNOWN_OPTION`, as in the module's own options; a wrong value is `..._INVALID_REDIS_OPTION`. */
+/** A key the installed ioredis does not read is `ERR_RATE_LIMIT_UNKNOWN_OPTION`, as in the module's own options; a wrong value `..._INVALID_REDIS_OPTION`. */
 function reject(detail: string, code: RateLimitErrorCode = 'ERR_RATE_LIMIT_INVALID_REDIS_OPTION'): never {
   throw new RateLimitConfigError(code, `RateLimitModule: ${detail}; redis must be ${ACCEPTED}`);
 }
@@ -179,6 +179,7 @@ function checkKey(key: string): void {
   if (LATER_KEYS[key]) {
     reject(
       `redis.${key} is read by ioredis ${LATER_KEYS[key].since} and later only: the installed ioredis would ignore it; upgrade ioredis or remove it`,
+      'ERR_RATE_LIMIT_UNKNOWN_OPTION',
     );
   }
   const close = nearestKey(key, INSTALLED_KEYS, MISTAKEN_KEYS);
