@@ -16,7 +16,7 @@ const SRC = '^libs/rate-limit/src/';
 const LAYERS = [
   [
     'ground',
-    `${SRC}(keys|events)/|${SRC}(rate-limit\\.(constants|interfaces|exception|options|module-definition)|throttled-logger|unknown-keys)\\.ts$`,
+    `${SRC}(keys|events|errors)/|${SRC}(rate-limit\\.(constants|interfaces|exception|options|module-definition)|throttled-logger|unknown-keys)\\.ts$`,
   ],
   ['stores', `${SRC}stores/`],
   ['engine', `${SRC}engine/`],

@@ -6,6 +6,14 @@ export type StartUpOutcome = { phase: 'compile' | 'init'; message: string } | { 
 
 const silent = { log() {}, error() {}, warn() {} };
 
+/**
+ * What stopped the start, in the library's words: a `RateLimitConfigError`'s `reason`, its message
+ * without the lines of its code and help (those are asserted in test/config-errors/error-codes).
+ */
+export function wordingOf(error: unknown): string {
+  return (error as { reason?: string }).reason ?? (error as Error).message;
+}
+
 /** Compiles and initialises `module` as an application start would (logs silenced), then closes it. */
 export async function startUp(module: Type): Promise<StartUpOutcome> {
   let moduleRef;
@@ -14,14 +22,14 @@ export async function startUp(module: Type): Promise<StartUpOutcome> {
       .setLogger(silent)
       .compile();
   } catch (error) {
-    return { phase: 'compile', message: (error as Error).message };
+    return { phase: 'compile', message: wordingOf(error) };
   }
   const app = moduleRef.createNestApplication({ logger: false });
   try {
     await app.init();
     return { phase: 'started' };
   } catch (error) {
-    return { phase: 'init', message: (error as Error).message };
+    return { phase: 'init', message: wordingOf(error) };
   } finally {
     await app.close();
   }

@@ -37,12 +37,12 @@ export { METER_NAME, RateLimitMetricAttributes, RateLimitMetricNames } from './m
 export {
   RateLimitException,
   RateLimitedGraphQLError,
-  RateLimitUnavailableError,
   type RateLimitedExtensions,
   type RateLimitedPayload,
 } from './rate-limit.exception.js';
+export { RateLimitConfigError, RateLimitError, RateLimitTimeoutError, RateLimitUnavailableError } from './errors/rate-limit.errors.js';
+export { RATE_LIMIT_ERROR_CODES, type RateLimitErrorCode } from './errors/error-codes.js';
 export { RateLimitedEventDropped } from './pipeline/refusals.js';
-export { RateLimitTimeoutError } from './engine/with-timeout.js';
 export { BucketStore, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';
 export type { BucketRequest, PenaltyReport } from './stores/token-bucket.js';
 export { MemoryBucketStore, type MemoryBucketStoreOptions } from './stores/memory/memory-bucket.store.js';

@@ -1,4 +1,4 @@
-import { HttpException, HttpStatus, IntrinsicException, ServiceUnavailableException } from '@nestjs/common';
+import { HttpException, HttpStatus, IntrinsicException } from '@nestjs/common';
 
 /**
  * `make()` without capturing a stack trace: a refusal is an answer, not a fault, and capturing the
@@ -55,20 +55,4 @@ export interface RateLimitedPayload {
   code: 'RATE_LIMITED' | 'RATE_LIMIT_UNAVAILABLE';
   message: string;
   retryAfter: number;
-}
-
-/**
- * The store could not decide and `failureMode` is `'closed'`. A `ServiceUnavailableException`, so a
- * Nest application that lets it propagate answers 503 with the same body the guard sends
- * (`{ statusCode: 503, message: 'Rate limiting is unavailable; try again shortly', error: 'Service Unavailable' }`);
- * `cause` says why.
- */
-export class RateLimitUnavailableError extends ServiceUnavailableException {
-  constructor(cause: unknown) {
-    super('Rate limiting is unavailable; try again shortly', {
-      description: 'Service Unavailable',
-      cause: typeof cause === 'string' ? new Error(`rate-limit store unavailable: ${cause}`) : cause,
-    });
-    this.name = 'RateLimitUnavailableError';
-  }
 }

@@ -27,6 +27,7 @@ import { localStoreOptions, MemoryBucketStore } from './stores/memory/memory-buc
 import { TransportHandlers } from './interceptors/transport-handlers.js';
 import { createRedisClient } from './stores/redis/redis-client.js';
 import { RedisBucketStore } from './stores/redis/redis-bucket.store.js';
+import { RateLimitConfigError } from './errors/rate-limit.errors.js';
 
 function createStore(options: ResolvedRateLimitOptions): BucketStore {
   if (typeof options.store === 'object') return new CustomBucketStore(options.store);
@@ -52,7 +53,8 @@ function createEvents(options: ResolvedRateLimitOptions): RateLimitEvents {
 
 function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRateLimitOptions {
   if (options === undefined) {
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_MODULE_WITHOUT_OPTIONS',
       'RateLimitModule was imported without options: use RateLimitModule.forRoot({ ... }) or ' +
         'RateLimitModule.forRootAsync({ ... }) in the imports of your root module',
     );

@@ -5,6 +5,7 @@ import { isStoreObject, missingStoreMembers } from './stores/custom-bucket.store
 import { DEFAULT_MAX_LOCAL_BUCKETS } from './stores/memory/memory-bucket.store.js';
 import { checkRedisOption, undefinedRedisOption } from './stores/redis/redis-options.validation.js';
 import { keysOf, unknownKeyOf } from './unknown-keys.js';
+import { RateLimitConfigError } from './errors/rate-limit.errors.js';
 
 /** The most in-process buckets one may ask for: a JavaScript Map holds at most 2^24 entries. */
 const MAX_LOCAL_BUCKETS = 2 ** 24;
@@ -46,20 +47,26 @@ const ALLOW_LIST_KEYS = keysOf<keyof RateLimitAllowList>({ ips: true, users: tru
 /** Refuses a key the module does not read: it would be ignored, and the default would stay in force. */
 function assertKnownKeys(options: RateLimitModuleOptions): void {
   if (options.keys !== undefined && (typeof options.keys !== 'object' || options.keys === null)) {
-    throw new Error(`RateLimitModule: keys must be { apiKeyHeader?, user?, apiKey?, secret? } (got ${JSON.stringify(options.keys)})`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      `RateLimitModule: keys must be { apiKeyHeader?, user?, apiKey?, secret? } (got ${JSON.stringify(options.keys)})`,
+    );
   }
   const unknown =
     unknownKeyOf(options, MODULE_KEYS, 'the options') ??
     unknownKeyOf(options.keys, KEY_OPTION_KEYS, 'keys') ??
     unknownKeyOf(options.allowList, ALLOW_LIST_KEYS, 'allowList');
-  if (unknown !== undefined) throw new Error(`RateLimitModule: ${unknown}`);
+  if (unknown !== undefined) throw new RateLimitConfigError('ERR_RATE_LIMIT_UNKNOWN_OPTION', `RateLimitModule: ${unknown}`);
 }
 
 function oneOf<T>(name: string, value: unknown, allowed: readonly T[], fallback: T): T {
   if (value === undefined) return fallback;
   if (!allowed.includes(value as T)) {
     const list = allowed.map((v) => (typeof v === 'string' ? `'${v}'` : String(v))).join(', ');
-    throw new Error(`RateLimitModule: ${name} must be one of ${list} (got ${JSON.stringify(value)})`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      `RateLimitModule: ${name} must be one of ${list} (got ${JSON.stringify(value)})`,
+    );
   }
   return value as T;
 }
@@ -69,64 +76,101 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
   assertKnownKeys(options);
   const keyPrefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
   if (typeof keyPrefix !== 'string' || /[{}\s]/.test(keyPrefix) || keyPrefix.length > 64) {
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
       `RateLimitModule: keyPrefix must be at most 64 characters without braces or white space (got ${JSON.stringify(keyPrefix)})`,
     );
   }
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0) {
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
       `RateLimitModule: timeoutMs must be a finite number > 0 (got ${typeof timeoutMs === 'string' ? JSON.stringify(timeoutMs) : String(timeoutMs)})`,
     );
   }
   if (timeoutMs > MAX_TIMEOUT_MS) {
     // Node clamps a longer timer to 1 ms (with a TimeoutOverflowWarning each time): every decision would time out at once.
-    throw new Error(`RateLimitModule: timeoutMs must be at most ${MAX_TIMEOUT_MS} (a Node timer's limit) (got ${timeoutMs})`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      `RateLimitModule: timeoutMs must be at most ${MAX_TIMEOUT_MS} (a Node timer's limit) (got ${timeoutMs})`,
+    );
   }
   const apiKeyHeader = options.keys?.apiKeyHeader ?? DEFAULT_API_KEY_HEADER;
   if (typeof apiKeyHeader !== 'string' || !/^[A-Za-z0-9-]+$/.test(apiKeyHeader)) {
-    throw new Error(`RateLimitModule: keys.apiKeyHeader must be a header name (got ${JSON.stringify(apiKeyHeader)})`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      `RateLimitModule: keys.apiKeyHeader must be a header name (got ${JSON.stringify(apiKeyHeader)})`,
+    );
   }
   if (options.keys?.user !== undefined && typeof options.keys.user !== 'function') {
-    throw new Error('RateLimitModule: keys.user must be a function (request) => string | undefined');
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      'RateLimitModule: keys.user must be a function (request) => string | undefined',
+    );
   }
   if (options.keys?.apiKey !== undefined && typeof options.keys.apiKey !== 'function') {
-    throw new Error('RateLimitModule: keys.apiKey must be a function (request) => string | undefined (sync or async)');
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      'RateLimitModule: keys.apiKey must be a function (request) => string | undefined (sync or async)',
+    );
   }
   const secret = options.keys?.secret;
   if (secret !== undefined && (typeof secret !== 'string' || secret.length < 16)) {
-    throw new Error('RateLimitModule: keys.secret must be a string of at least 16 characters');
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      'RateLimitModule: keys.secret must be a string of at least 16 characters',
+    );
   }
   if (options.guard !== undefined && typeof options.guard !== 'boolean') {
-    throw new Error(`RateLimitModule: guard must be true or false (got ${JSON.stringify(options.guard)})`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      `RateLimitModule: guard must be true or false (got ${JSON.stringify(options.guard)})`,
+    );
   }
   const defaults = options.defaults === undefined ? [] : [options.defaults].flat();
   if (options.denyCache !== undefined && typeof options.denyCache !== 'boolean') {
-    throw new Error(`RateLimitModule: denyCache must be true or false (got ${JSON.stringify(options.denyCache)})`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      `RateLimitModule: denyCache must be true or false (got ${JSON.stringify(options.denyCache)})`,
+    );
   }
   if (options.coalesce !== undefined && typeof options.coalesce !== 'boolean') {
-    throw new Error(`RateLimitModule: coalesce must be true or false (got ${JSON.stringify(options.coalesce)})`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      `RateLimitModule: coalesce must be true or false (got ${JSON.stringify(options.coalesce)})`,
+    );
   }
   if (options.legacyHeaders !== undefined && typeof options.legacyHeaders !== 'boolean') {
-    throw new Error(`RateLimitModule: legacyHeaders must be true or false (got ${JSON.stringify(options.legacyHeaders)})`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      `RateLimitModule: legacyHeaders must be true or false (got ${JSON.stringify(options.legacyHeaders)})`,
+    );
   }
   if (options.enforce !== undefined && typeof options.enforce !== 'boolean') {
-    throw new Error(`RateLimitModule: enforce must be true or false (got ${JSON.stringify(options.enforce)})`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      `RateLimitModule: enforce must be true or false (got ${JSON.stringify(options.enforce)})`,
+    );
   }
   for (const hook of ['skipIf', 'onDecision'] as const) {
     if (options[hook] !== undefined && typeof options[hook] !== 'function') {
-      throw new Error(`RateLimitModule: ${hook} must be a function (got ${JSON.stringify(options[hook])})`);
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_INVALID_OPTION',
+        `RateLimitModule: ${hook} must be a function (got ${JSON.stringify(options[hook])})`,
+      );
     }
   }
   const resolverCacheMs = options.resolverCacheMs ?? DEFAULT_RESOLVER_CACHE_MS;
   if (typeof resolverCacheMs !== 'number' || !Number.isFinite(resolverCacheMs) || resolverCacheMs < 0 || resolverCacheMs > MAX_TIMEOUT_MS) {
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
       `RateLimitModule: resolverCacheMs must be a number from 0 to ${MAX_TIMEOUT_MS} (got ${JSON.stringify(resolverCacheMs)})`,
     );
   }
   const maxLocalBuckets = options.maxLocalBuckets ?? DEFAULT_MAX_LOCAL_BUCKETS;
   if (!Number.isSafeInteger(maxLocalBuckets) || maxLocalBuckets < 1 || maxLocalBuckets > MAX_LOCAL_BUCKETS) {
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
       `RateLimitModule: maxLocalBuckets must be an integer from 1 to ${MAX_LOCAL_BUCKETS} (got ${JSON.stringify(maxLocalBuckets)})`,
     );
   }
@@ -163,18 +207,23 @@ function resolveStore(options: RateLimitModuleOptions): ResolvedRateLimitOptions
   const store: unknown = options.store;
   if (!isStoreObject(store)) {
     if (store === undefined || (STORES as readonly unknown[]).includes(store)) return (store as 'redis' | 'memory' | undefined) ?? 'redis';
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
       "RateLimitModule: store must be 'redis', 'memory' or a BucketStore (an object with take(), delete() and remote) " +
         `(got ${JSON.stringify(store)})`,
     );
   }
   const missing = missingStoreMembers(store);
   if (missing !== undefined)
-    throw new Error(`RateLimitModule: store must be 'redis', 'memory' or a BucketStore; the object given lacks ${missing}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      `RateLimitModule: store must be 'redis', 'memory' or a BucketStore; the object given lacks ${missing}`,
+    );
   // Refused rather than ignored, as an unknown key is: a URL written beside the store would suggest the
   // limiter talks to that Redis, while the store keeps its own connection.
   if (Object.hasOwn(options, 'redis')) {
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
       'RateLimitModule: redis is not read with a BucketStore of your own (store: <object>): the store holds its own connection; remove redis',
     );
   }
@@ -208,7 +257,8 @@ function resolveMetrics(metrics: RateLimitModuleOptions['metrics']): ResolvedRat
         : typeof metrics === 'string'
           ? JSON.stringify(metrics)
           : String(metrics);
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
       'RateLimitModule: metrics must be true, false or { meterProvider } with an OpenTelemetry MeterProvider ' +
         `(an object with getMeter(), e.g. new MeterProvider() of @opentelemetry/sdk-metrics) (got ${got})`,
     );
@@ -220,13 +270,24 @@ function resolveMetrics(metrics: RateLimitModuleOptions['metrics']): ResolvedRat
 function resolveAllowList(allowList: RateLimitModuleOptions['allowList']): ResolvedRateLimitOptions['allowList'] {
   if (allowList === undefined) return { ips: [], users: new Set(), apiKeys: new Set() };
   if (typeof allowList !== 'object' || allowList === null) {
-    throw new Error(`RateLimitModule: allowList must be { ips?, users?, apiKeys? } (got ${JSON.stringify(allowList)})`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      `RateLimitModule: allowList must be { ips?, users?, apiKeys? } (got ${JSON.stringify(allowList)})`,
+    );
   }
   const list = (name: 'ips' | 'users' | 'apiKeys', value: unknown, ok: (item: unknown) => boolean): unknown[] => {
     if (value === undefined) return [];
-    if (!Array.isArray(value)) throw new Error(`RateLimitModule: allowList.${name} must be an array (got ${JSON.stringify(value)})`);
+    if (!Array.isArray(value))
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_INVALID_OPTION',
+        `RateLimitModule: allowList.${name} must be an array (got ${JSON.stringify(value)})`,
+      );
     for (const item of value) {
-      if (!ok(item)) throw new Error(`RateLimitModule: allowList.${name} has an invalid entry ${JSON.stringify(item)}`);
+      if (!ok(item))
+        throw new RateLimitConfigError(
+          'ERR_RATE_LIMIT_INVALID_OPTION',
+          `RateLimitModule: allowList.${name} has an invalid entry ${JSON.stringify(item)}`,
+        );
     }
     return value;
   };

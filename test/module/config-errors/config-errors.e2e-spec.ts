@@ -1,5 +1,15 @@
 import { Controller, Get, Module, type Type, UseGuards } from '@nestjs/common';
-import { RateLimit, RateLimitGuard, RateLimitModule, type RateLimitModuleOptions, type RateLimitPolicy } from 'nest-redis-rate-limit';
+import { Test } from '@nestjs/testing';
+import {
+  RATE_LIMIT_ERROR_CODES,
+  RateLimit,
+  RateLimitConfigError,
+  RateLimitGuard,
+  RateLimitModule,
+  type RateLimitErrorCode,
+  type RateLimitModuleOptions,
+  type RateLimitPolicy,
+} from 'nest-redis-rate-limit';
 import { redisUrl, testPrefix } from '../../support/redis.js';
 import { startUp } from '../../support/start-up.js';
 
@@ -239,5 +249,82 @@ describe('registration mistakes stop the start with a message that names the fix
     @Module({ imports: [RateLimitModule.forRoot()], controllers: [reportsController([policy({})])] })
     class DefaultsAppModule {}
     expect(await startUp(DefaultsAppModule)).toEqual({ phase: 'started' });
+  });
+});
+
+describe('each error carries the stable code of its kind of mistake, and its message ends with the code and its help', () => {
+  /** Compiles `module` (logs silenced) and answers the app, to init; or the error that stopped the compilation. */
+  async function compiled(module: Type) {
+    const moduleRef = await Test.createTestingModule({ imports: [module] })
+      .setLogger({ log() {}, error() {}, warn() {} })
+      .compile();
+    return moduleRef.createNestApplication({ logger: false });
+  }
+
+  function expectCodeLines(error: RateLimitConfigError, code: RateLimitErrorCode): void {
+    expect(error.message).toBe(
+      `${error.reason}\n  [${code}] ${RATE_LIMIT_ERROR_CODES[code]}\n  See ` +
+        `https://github.com/nest-redis-rate-limit/nest-redis-rate-limit/blob/main/docs/reference/errors.md#${code.toLowerCase()}`,
+    );
+  }
+
+  it.each([
+    [
+      'an invalid policy',
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      policy({ capacity: 0 }),
+      `@RateLimit capacity must be an integer >= 1 (got 0) ${on}`,
+    ],
+    [
+      'an unknown key in a policy',
+      'ERR_RATE_LIMIT_UNKNOWN_OPTION',
+      RateLimit({ capacity: 10, refillPerSecond: 1, keyby: 'user' } as RateLimitPolicy),
+      `@RateLimit unknown key "keyby" in the policy (did you mean "keyBy"?) ${on}`,
+    ],
+    [
+      'stacked policies on one bucket',
+      'ERR_RATE_LIMIT_POLICY_CONFLICT',
+      [policy({ name: 'quota' }), policy({ name: 'quota' })],
+      '@RateLimit policies stacked on ReportsController.list share one bucket: give each a different name or keyBy',
+    ],
+  ] as const)('app.init() rejects %s with %s', async (_case, code, decorators, reason) => {
+    const app = await compiled(await appWith(reportsController([decorators].flat())));
+    try {
+      const init = app.init();
+      await expect(init).rejects.toBeInstanceOf(RateLimitConfigError);
+      await expect(init).rejects.toMatchObject({ code, reason, help: RATE_LIMIT_ERROR_CODES[code] });
+      expectCodeLines((await init.catch((error: unknown) => error)) as RateLimitConfigError, code);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it.each([
+    ['a redis URL without scheme', { redis: 'localhost:6379' }, 'ERR_RATE_LIMIT_INVALID_REDIS_OPTION'],
+    ['a redis port that is not a number', { redis: { host: '127.0.0.1', port: '6380x' } }, 'ERR_RATE_LIMIT_INVALID_REDIS_OPTION'],
+    ['a redis host left undefined', { redis: { host: undefined, port: 6380 } }, 'ERR_RATE_LIMIT_REDIS_OPTION_UNDEFINED'],
+    ['an unknown redis key', { redis: { host: '127.0.0.1', prot: 6380 } }, 'ERR_RATE_LIMIT_UNKNOWN_OPTION'],
+    ['an invalid option value', { failureMode: 'half-open' }, 'ERR_RATE_LIMIT_INVALID_OPTION'],
+  ] as const)('the module rejects %s with %s while it is built', async (_case, options, code) => {
+    const building = compiled(await appWith(undefined, options as Partial<RateLimitModuleOptions>));
+    await expect(building).rejects.toMatchObject({ name: 'RateLimitConfigError', code });
+    expectCodeLines((await building.catch((error: unknown) => error)) as RateLimitConfigError, code);
+  });
+
+  it('app.init() rejects @RateLimit in an app without the module with ERR_RATE_LIMIT_MODULE_NOT_IMPORTED', async () => {
+    @Module({ controllers: [reportsController([policy({})])] })
+    class NoModuleCodeAppModule {}
+    const app = await compiled(NoModuleCodeAppModule);
+    try {
+      await expect(app.init()).rejects.toMatchObject({ code: 'ERR_RATE_LIMIT_MODULE_NOT_IMPORTED' });
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('the module imported without options is ERR_RATE_LIMIT_MODULE_WITHOUT_OPTIONS', async () => {
+    @Module({ imports: [RateLimitModule] })
+    class BareCodeAppModule {}
+    await expect(compiled(BareCodeAppModule)).rejects.toMatchObject({ code: 'ERR_RATE_LIMIT_MODULE_WITHOUT_OPTIONS' });
   });
 });

@@ -28,6 +28,17 @@ describe('an unknown key in the module options stops the start while the module 
     expect(await startUp(appWith(options))).toEqual({ phase: 'compile', message });
   });
 
+  it('gives every unknown key the code ERR_RATE_LIMIT_UNKNOWN_OPTION', async () => {
+    const compiling = Test.createTestingModule({ imports: [appWith({ failuremode: 'closed' })] })
+      .setLogger(new ConsoleLogger({ logLevels: [] }))
+      .compile();
+    await expect(compiling).rejects.toMatchObject({
+      name: 'RateLimitConfigError',
+      code: 'ERR_RATE_LIMIT_UNKNOWN_OPTION',
+      reason: 'RateLimitModule: unknown key "failuremode" in the options (did you mean "failureMode"?)',
+    });
+  });
+
   it('lists the known keys when no key is close to the unknown one', async () => {
     const result = await startUp(appWith({ ttl: 60 }));
     expect(result).toEqual({
@@ -134,6 +145,7 @@ describe('an unknown key in a BucketService call throws at the call', () => {
     await expect(buckets.consumeAll([entry])).rejects.toThrow(
       'BucketService unknown key "cots" in the entry (did you mean "cost"?) on BucketService bucket "export"',
     );
+    await expect(buckets.consumeAll([entry])).rejects.toMatchObject({ code: 'ERR_RATE_LIMIT_UNKNOWN_OPTION' });
   });
 
   it('takes nothing from the bucket when it refuses', async () => {

@@ -24,6 +24,8 @@ const ACCOUNTS = new Map([
 const IP_SCOPE = 'RouteBucketsController.byIp';
 /** One token per 1000 s: a drained bucket's next token is 1000 s away, its refill to full 2000 s. */
 const WAIT = 1000;
+/** The error of a wrong call: its code, and the library's wording (the message without the code's lines). */
+const refused = (code: string, reason: string) => expect.objectContaining({ code, reason });
 
 function routeBucketsModule(redis: string, keyPrefix: string, extra: { failureMode?: FailureMode } = {}) {
   @Module({
@@ -204,7 +206,8 @@ describe.each(PLATFORMS)('route buckets by identity on %s', (platform: Platform)
 
   it('names the scope it does not know, and lists those it does', async () => {
     await expect(buckets.resetRoute('logn', { user: 42 })).rejects.toThrow(
-      new Error(
+      refused(
+        'ERR_RATE_LIMIT_UNKNOWN_SCOPE',
         'BucketService.resetRoute("logn"): no route policy has the scope "logn" (a policy\'s name, or ' +
           'Controller.handler for an unnamed one); known scopes: "RouteBucketsController.byIp", "dynamic", ' +
           '"login", "penalised", "per-key", "shared", "tenant"',
@@ -217,7 +220,8 @@ describe.each(PLATFORMS)('route buckets by identity on %s', (platform: Platform)
 
   it('refuses an identity the scope never keys a bucket by, and malformed identities', async () => {
     await expect(buckets.resetRoute(IP_SCOPE, { user: 42 })).rejects.toThrow(
-      new Error(
+      refused(
+        'ERR_RATE_LIMIT_INVALID_IDENTITY',
         `BucketService.resetRoute("${IP_SCOPE}"): the policies of scope "${IP_SCOPE}" key buckets by ip, never by user: that bucket does not exist`,
       ),
     );
@@ -225,12 +229,16 @@ describe.each(PLATFORMS)('route buckets by identity on %s', (platform: Platform)
       'the policies of scope "login" key buckets by ip or user, never by apiKey',
     );
     await expect(buckets.resetRoute('login', { ip: '1.2.3.4', user: 42 } as never)).rejects.toThrow(
-      new Error(
+      refused(
+        'ERR_RATE_LIMIT_INVALID_IDENTITY',
         'BucketService.resetRoute("login"): the identity must have exactly one of { ip } | { user } | { apiKey } | { id } (got keys ip, user)',
       ),
     );
     await expect(buckets.peekRoute('login', { user: '' })).rejects.toThrow(
-      new Error('BucketService.peekRoute("login"): user must be a non-empty string or a finite number (got an empty string)'),
+      refused(
+        'ERR_RATE_LIMIT_INVALID_IDENTITY',
+        'BucketService.peekRoute("login"): user must be a non-empty string or a finite number (got an empty string)',
+      ),
     );
     await expect(buckets.resetRoute('login', { user: Number.NaN })).rejects.toThrow(
       'user must be a non-empty string or a finite number (got NaN)',
@@ -239,7 +247,8 @@ describe.each(PLATFORMS)('route buckets by identity on %s', (platform: Platform)
 
   it('asks for the numbers when the routes of a name disagree on them, or compute them per request', async () => {
     await expect(buckets.peekRoute('shared', { ip: '203.0.113.30' })).rejects.toThrow(
-      new Error(
+      refused(
+        'ERR_RATE_LIMIT_ROUTE_NUMBERS_REQUIRED',
         'BucketService.peekRoute("shared"): the routes that share this policy name have different numbers ' +
           '(capacity 3, refillPerSecond 0.001; capacity 5, refillPerSecond 0.001); pass them: ' +
           'peekRoute("shared", who, { capacity, refillPerSecond })',
@@ -331,7 +340,10 @@ describe('a BucketService built by hand', () => {
   it('knows no routes, and says why instead of guessing a key', async () => {
     const buckets = new BucketService(new MemoryBucketStore(), resolveOptions({ store: 'memory' }));
     await expect(buckets.resetRoute('login', { ip: '1.2.3.4' })).rejects.toThrow(
-      new Error('BucketService.resetRoute("login"): this BucketService knows no routes (it was not created by RateLimitModule)'),
+      refused(
+        'ERR_RATE_LIMIT_UNKNOWN_SCOPE',
+        'BucketService.resetRoute("login"): this BucketService knows no routes (it was not created by RateLimitModule)',
+      ),
     );
     await expect(buckets.peekRoute('login', { ip: '1.2.3.4' }, { capacity: 2, refillPerSecond: 1 })).rejects.toThrow('knows no routes');
   });

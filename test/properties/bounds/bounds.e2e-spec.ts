@@ -21,7 +21,7 @@ describe('policy bounds: only numbers the arithmetic keeps exact are accepted', 
     [{ capacity: 1, refillPerSecond: 1e-300 }, /window capacity \/ refillPerSecond must be at most 1000000000000 s \(got 1e\+300 s\)/],
   ])('refuses %j at start-up, naming the route', (policy, message) => {
     expect(() => compilePolicy(policy, ROUTE, context)).toThrow(message);
-    expect(() => compilePolicy(policy, ROUTE, context)).toThrow(new RegExp(` on ${ROUTE}$`));
+    expect(() => compilePolicy(policy, ROUTE, context)).toThrow(new RegExp(` on ${ROUTE}$`, 'm')); // the end of the first line: the code's lines follow
   });
 
   it.each([

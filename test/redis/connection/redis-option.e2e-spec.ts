@@ -2,6 +2,7 @@ import { Test } from '@nestjs/testing';
 import { Cluster, Redis } from 'ioredis';
 import { BucketService, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { RedisServer } from '../../support/redis.js';
+import { wordingOf } from '../../support/start-up.js';
 
 /**
  * The `redis` option takes a URL, ioredis RedisOptions or a client. Anything else used to connect to
@@ -10,7 +11,7 @@ import { RedisServer } from '../../support/redis.js';
 const ACCEPTED = 'a redis:// or rediss:// URL string, ioredis RedisOptions or a Redis / Cluster client';
 const silent = { log() {}, error() {}, warn() {} };
 
-/** Starts a module with `redis` as the option; answers the start-up error's message, or undefined when it started. */
+/** Starts a module with `redis` as the option; answers the start-up error's wording, or undefined when it started. */
 async function startUp(redis: unknown): Promise<string | undefined> {
   try {
     const moduleRef = await Test.createTestingModule({
@@ -21,7 +22,7 @@ async function startUp(redis: unknown): Promise<string | undefined> {
     await moduleRef.close();
     return undefined;
   } catch (error) {
-    return (error as Error).message;
+    return wordingOf(error);
   }
 }
 

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
-import { RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
+import { type RateLimitConfigError, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { sleep } from '../../support/load.js';
 import { LogRecorder } from '../../support/log-recorder.js';
 import { freePort, RedisServer } from '../../support/redis.js';
@@ -26,7 +26,7 @@ describe('the start-up check of the Redis connection', () => {
   async function start(
     redis: RateLimitModuleOptions['redis'],
     options: Partial<RateLimitModuleOptions> = {},
-  ): Promise<{ ms: number; error?: Error }> {
+  ): Promise<{ ms: number; error?: RateLimitConfigError }> {
     recorder = new LogRecorder();
     moduleRef = await Test.createTestingModule({
       imports: [RateLimitModule.forRoot({ redis, failureMode: 'open', keyPrefix: 'startup-check:', ...options })],
@@ -39,7 +39,7 @@ describe('the start-up check of the Redis connection', () => {
       return { ms: Date.now() - began };
     } catch (error) {
       moduleRef = undefined;
-      return { ms: Date.now() - began, error: error as Error };
+      return { ms: Date.now() - began, error: error as RateLimitConfigError };
     }
   }
 
@@ -78,7 +78,8 @@ describe('the start-up check of the Redis connection', () => {
     it('fails app.init() on a wrong password (WRONGPASS), naming host:port, never the password, and drops the connection', async () => {
       const { ms, error } = await start(`redis://:${WRONG}@127.0.0.1:${server.port}`);
       expect(ms).toBeLessThan(2000);
-      expect(error?.message).toBe(
+      expect(error).toMatchObject({ name: 'RateLimitConfigError', code: 'ERR_RATE_LIMIT_REDIS_AUTH' });
+      expect(error?.reason).toBe(
         `RateLimitModule cannot start: Redis at 127.0.0.1:${server.port} refused the credentials: ` +
           'authentication failed: wrong username or password (WRONGPASS invalid username-password pair or user is disabled.); ' +
           'check redis.username and redis.password (or the URL), or set startupCheck: false to start without this check',
@@ -89,6 +90,7 @@ describe('the start-up check of the Redis connection', () => {
 
     it('fails app.init() when no password is given (NOAUTH)', async () => {
       const { error } = await start({ host: '127.0.0.1', port: server.port });
+      expect(error?.code).toBe('ERR_RATE_LIMIT_REDIS_AUTH');
       expect(error?.message).toMatch(
         new RegExp(
           `^RateLimitModule cannot start: Redis at 127\\.0\\.0\\.1:${server.port} refused the credentials: authentication required: the server asks for a password and none was given \\(NOAUTH`,
@@ -99,7 +101,8 @@ describe('the start-up check of the Redis connection', () => {
 
     it('fails app.init() when the user may not touch the key prefix (NOPERM), saying what to grant', async () => {
       const { error } = await start({ host: '127.0.0.1', port: server.port, username: 'other-prefix', password: 'user-pass' });
-      expect(error?.message).toBe(
+      expect(error?.code).toBe('ERR_RATE_LIMIT_REDIS_ACL');
+      expect(error?.reason).toBe(
         `RateLimitModule cannot start: Redis at 127.0.0.1:${server.port} does not let user "other-prefix" run the rate limiter's commands ` +
           '(NOPERM this user has no permissions to access one of the keys used as arguments); grant them: ' +
           'ACL SETUSER other-prefix ~startup-check:* +evalsha +eval +hmget +hset +pexpire +pttl +time +del',
@@ -175,7 +178,8 @@ describe('the start-up check of the Redis connection', () => {
     try {
       const { ms, error } = await start(`rediss://127.0.0.1:${tlsPort}`);
       expect(ms).toBeLessThan(2000);
-      expect(error?.message).toBe(
+      expect(error?.code).toBe('ERR_RATE_LIMIT_REDIS_TLS');
+      expect(error?.reason).toBe(
         `RateLimitModule cannot start: Redis at 127.0.0.1:${tlsPort} (TLS) failed the TLS handshake: ` +
           'TLS handshake failed: self-signed certificate (DEPTH_ZERO_SELF_SIGNED_CERT): is the server certificate trusted (tls.ca) and issued for this host name?; ' +
           'fix redis.tls (or use redis:// for a server without TLS), or set startupCheck: false to start without this check',
@@ -197,6 +201,7 @@ describe('the start-up check of the Redis connection', () => {
 
   it("fails app.init() on a host that does not resolve under startupCheck: 'strict'", async () => {
     const { error } = await start('redis://no-such-host.invalid:6390', { startupCheck: 'strict' });
+    expect(error?.code).toBe('ERR_RATE_LIMIT_REDIS_UNREACHABLE');
     expect(error?.message).toMatch(
       /^RateLimitModule cannot start: Redis at no-such-host\.invalid:6390 is not reachable: host not found \(getaddrinfo (ENOTFOUND|EAI_AGAIN)/,
     );

@@ -1,6 +1,7 @@
 import type { BucketPolicy } from '../rate-limit.interfaces.js';
 import { MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../stores/token-bucket.js';
 import { keysOf, unknownKeyOf } from '../unknown-keys.js';
+import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
 
 /** The checks of bucket numbers, for `BucketService`, `ConnectionRateLimit` and the route policies alike. */
 
@@ -20,22 +21,35 @@ export function describe(value: unknown): string {
  */
 export function assertBucketPolicy(policy: BucketPolicy, where: string, label = '@RateLimit'): void {
   if (typeof policy !== 'object' || policy === null) {
-    throw new Error(`${label} needs { capacity, refillPerSecond } (got ${describe(policy)}) on ${where}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} needs { capacity, refillPerSecond } (got ${describe(policy)}) on ${where}`,
+    );
   }
   const { capacity, refillPerSecond } = policy;
   if (typeof capacity !== 'number' || !Number.isInteger(capacity) || capacity < 1) {
-    throw new Error(`${label} capacity must be an integer >= 1 (got ${describe(capacity)}) on ${where}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} capacity must be an integer >= 1 (got ${describe(capacity)}) on ${where}`,
+    );
   }
   if (capacity > MAX_CAPACITY) {
-    throw new Error(`${label} capacity must be at most ${MAX_CAPACITY} (got ${describe(capacity)}) on ${where}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} capacity must be at most ${MAX_CAPACITY} (got ${describe(capacity)}) on ${where}`,
+    );
   }
   if (typeof refillPerSecond !== 'number' || !Number.isFinite(refillPerSecond) || refillPerSecond <= 0) {
-    throw new Error(`${label} refillPerSecond must be a finite number > 0 (got ${describe(refillPerSecond)}) on ${where}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} refillPerSecond must be a finite number > 0 (got ${describe(refillPerSecond)}) on ${where}`,
+    );
   }
   // The time an empty bucket takes to fill; the bucket's TTL is twice it (see MAX_WINDOW_SECONDS).
   const window = capacity / refillPerSecond;
   if (!(window <= MAX_WINDOW_SECONDS)) {
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
       `${label} window capacity / refillPerSecond must be at most ${MAX_WINDOW_SECONDS} s (got ${Number(window.toPrecision(6))} s) on ${where}`,
     );
   }
@@ -49,13 +63,16 @@ export function assertServicePolicy(policy: BucketPolicy, where: string, extraKe
   // On every BucketService call: no array built for the usual one.
   const known = extraKeys.length === 0 ? BUCKET_POLICY_KEYS : [...BUCKET_POLICY_KEYS, ...extraKeys];
   const unknown = unknownKeyOf(policy, known, 'the policy');
-  if (unknown !== undefined) throw new Error(`BucketService ${unknown} on ${where}`);
+  if (unknown !== undefined) throw new RateLimitConfigError('ERR_RATE_LIMIT_UNKNOWN_OPTION', `BucketService ${unknown} on ${where}`);
   assertBucketPolicy(policy, where, 'BucketService');
 }
 
 /** Checks a cost against its bucket. */
 export function assertCost(cost: unknown, capacity: number, where: string, label = '@RateLimit'): void {
   if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1 || cost > capacity) {
-    throw new Error(`${label} cost must be an integer from 1 to capacity ${capacity} (got ${describe(cost)}) on ${where}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} cost must be an integer from 1 to capacity ${capacity} (got ${describe(cost)}) on ${where}`,
+    );
   }
 }

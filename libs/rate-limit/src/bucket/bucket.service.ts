@@ -2,7 +2,7 @@ import { Inject, Injectable, Optional } from '@nestjs/common';
 import { DecisionEngine } from '../engine/decision-engine.js';
 import { RateLimitEvents } from '../events/rate-limit-events.js';
 import { assertRouteIdentity, createDigest, type Digest, type RouteIdentity, serviceKey } from '../keys/identity.js';
-import { RateLimitUnavailableError } from '../rate-limit.exception.js';
+import { RateLimitUnavailableError } from '../errors/rate-limit.errors.js';
 import type { BucketDecision, BucketPolicy, Verdict, VerdictSource } from '../rate-limit.interfaces.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
@@ -11,6 +11,7 @@ import { type BucketRequest, toDecision } from '../stores/token-bucket.js';
 import { keysOf, unknownKeyOf } from '../unknown-keys.js';
 import { assertCost, assertServicePolicy } from './bucket-policy.check.js';
 import { RouteBuckets } from './route-buckets.js';
+import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
 
 /** One bucket in a `consumeAll()` call. */
 export interface BucketEntry {
@@ -142,7 +143,10 @@ export class BucketService {
   private routeBuckets(who: RouteIdentity, where: string): RouteBuckets {
     assertRouteIdentity(who, where);
     if (this.routes === undefined) {
-      throw new Error(`${where}: this BucketService knows no routes (it was not created by RateLimitModule)`);
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_UNKNOWN_SCOPE',
+        `${where}: this BucketService knows no routes (it was not created by RateLimitModule)`,
+      );
     }
     return this.routes;
   }
@@ -160,7 +164,7 @@ export class BucketService {
   private request(entry: BucketEntry, cost: number): BucketRequest {
     const where = `BucketService bucket "${entry.name}"`;
     const unknown = unknownKeyOf(entry, ENTRY_KEYS, 'the entry');
-    if (unknown !== undefined) throw new Error(`BucketService ${unknown} on ${where}`);
+    if (unknown !== undefined) throw new RateLimitConfigError('ERR_RATE_LIMIT_UNKNOWN_OPTION', `BucketService ${unknown} on ${where}`);
     assertServicePolicy(entry.policy, where);
     assertCost(cost, entry.policy.capacity, where, 'BucketService');
     return {
@@ -190,12 +194,16 @@ function assertRepeatsFit(entries: readonly BucketEntry[], requests: readonly Bu
     }
     const name = entries[i].name;
     if (requests[j].capacity !== request.capacity || requests[j].refillPerSecond !== request.refillPerSecond) {
-      throw new Error(`BucketService bucket "${name}" appears twice with different policies in one consumeAll() call: give it one policy`);
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_INVALID_CONSUME_ALL',
+        `BucketService bucket "${name}" appears twice with different policies in one consumeAll() call: give it one policy`,
+      );
     }
     const cost = (costs.get(request.key) as number) + request.cost;
     costs.set(request.key, cost);
     if (cost > request.capacity) {
-      throw new Error(
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_INVALID_CONSUME_ALL',
         `BucketService costs of bucket "${name}" add up to ${cost}, more than its capacity ${request.capacity}, in one consumeAll() call`,
       );
     }

@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { BucketService } from '../bucket/bucket.service.js';
-import { type RateLimitedPayload, RateLimitUnavailableError } from '../rate-limit.exception.js';
+import { RateLimitConfigError, RateLimitUnavailableError } from '../errors/rate-limit.errors.js';
+import type { RateLimitedPayload } from '../rate-limit.exception.js';
 import { ipIdentity } from '../keys/identity.js';
 import { assertBucketPolicy } from '../bucket/bucket-policy.check.js';
 import type { BucketPolicy } from '../rate-limit.interfaces.js';
@@ -47,7 +48,10 @@ export class ConnectionRateLimit {
     assertBucketPolicy(options, 'ConnectionRateLimit', 'ConnectionRateLimit');
     this.name = options.name ?? 'connect';
     if (typeof this.name !== 'string' || this.name === '' || /[{}]/.test(this.name)) {
-      throw new Error(`ConnectionRateLimit: name must be a non-empty string without braces (got ${JSON.stringify(options.name)})`);
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_INVALID_OPTION',
+        `ConnectionRateLimit: name must be a non-empty string without braces (got ${JSON.stringify(options.name)})`,
+      );
     }
     this.policy = { capacity: options.capacity, refillPerSecond: options.refillPerSecond };
     this.getIp = options.getIp ?? ((request) => request.socket?.remoteAddress);
@@ -79,8 +83,10 @@ export class ConnectionRateLimit {
       this.check(socket.request).then(
         (refused) => {
           if (refused === undefined) return next();
+          // A refusal for socket.io's connect_error (message and data go to the client), not a library error.
           next(Object.assign(new Error(refused.message), { data: { code: refused.code, retryAfter: refused.retryAfter } }));
         },
+        // A non-Error thrown by the app's code, wrapped as socket.io's next() needs an Error: not a library error.
         (error: unknown) => next(error instanceof Error ? error : new Error(String(error))),
       );
     };

@@ -1,5 +1,6 @@
 import { SetMetadata } from '@nestjs/common';
 import { RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
+import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
 
 /**
  * Exempts a controller or handler from rate limiting, module `defaults` included. With names, only the
@@ -13,7 +14,10 @@ export function SkipRateLimit(...args: unknown[]): ClassDecorator & MethodDecora
   if (args.length === 1 && typeof args[0] === 'boolean') return SetMetadata(RATE_LIMIT_SKIP, args[0]);
   for (const name of args) {
     if (typeof name !== 'string' || name === '') {
-      throw new Error(`@SkipRateLimit() takes policy names (non-empty strings) or one boolean (got ${JSON.stringify(args)})`);
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_INVALID_SKIP',
+        `@SkipRateLimit() takes policy names (non-empty strings) or one boolean (got ${JSON.stringify(args)})`,
+      );
     }
   }
   return SetMetadata(RATE_LIMIT_SKIP, args as string[]);

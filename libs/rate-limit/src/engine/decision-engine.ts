@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import type { RateLimitEvents } from '../events/rate-limit-events.js';
-import { RateLimitUnavailableError } from '../rate-limit.exception.js';
+import { RateLimitUnavailableError } from '../errors/rate-limit.errors.js';
 import type { Verdict, VerdictSource } from '../rate-limit.interfaces.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import type { BucketStore, TakeOptions } from '../stores/bucket-store.interface.js';

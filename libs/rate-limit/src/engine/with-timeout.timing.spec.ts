@@ -1,7 +1,8 @@
 import { connect, createServer, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LOOP_LIMIT_MS, watchLoopDelay } from '../../../../test/support/loop-delay.js';
-import { Deadlines, RateLimitTimeoutError, withTimeout } from './with-timeout.js';
+import { RateLimitTimeoutError } from '../errors/rate-limit.errors.js';
+import { Deadlines, withTimeout } from './with-timeout.js';
 
 const never = () => new Promise<never>(() => undefined);
 

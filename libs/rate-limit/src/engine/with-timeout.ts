@@ -1,10 +1,4 @@
-/** A store decision took longer than `timeoutMs`. */
-export class RateLimitTimeoutError extends Error {
-  constructor(timeoutMs: number) {
-    super(`rate-limit decision took longer than ${timeoutMs} ms`);
-    this.name = 'RateLimitTimeoutError';
-  }
-}
+import { RateLimitTimeoutError } from '../errors/rate-limit.errors.js';
 
 /**
  * Settles like `promise`, or rejects after `ms`. Node runs expired timers before it reads sockets, so a

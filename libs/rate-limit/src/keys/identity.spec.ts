@@ -163,6 +163,9 @@ describe('route identities (the key text shared by the route limiter and BucketS
     [{ id: null }, 'here: id must be a non-empty string (got null)'],
     [{ apiKey: 12345 }, 'here: apiKey must be a non-empty string (got number)'],
   ])('refuses %j with a clear error', (who, message) => {
-    expect(() => assertRouteIdentity(who, 'here')).toThrow(new Error(message));
+    // The library's wording, then the code's lines (RateLimitConfigError: `reason` is the wording alone).
+    expect(() => assertRouteIdentity(who, 'here')).toThrow(
+      expect.objectContaining({ reason: message, code: 'ERR_RATE_LIMIT_INVALID_IDENTITY' }),
+    );
   });
 });

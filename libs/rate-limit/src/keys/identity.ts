@@ -1,6 +1,7 @@
 import { createHash, createHmac } from 'node:crypto';
 import { isIPv4, isIPv6 } from 'node:net';
 import { DIGEST_LENGTH, SAFE_IDENTITY } from '../rate-limit.constants.js';
+import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
 
 /** Turns a value into the fixed-length hex text that stands for it in key names. */
 export type Digest = (value: string) => string;
@@ -141,7 +142,8 @@ export function routeIdentityKind(who: RouteIdentity): RouteIdentityKind {
 export function assertRouteIdentity(who: unknown, where: string): asserts who is RouteIdentity {
   const shape = `{ ${ROUTE_IDENTITY_KINDS.join(' } | { ')} }`;
   if (typeof who !== 'object' || who === null || Array.isArray(who)) {
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_IDENTITY',
       `${where}: the identity must be one of ${shape} (got ${who === null ? 'null' : Array.isArray(who) ? 'an array' : typeof who})`,
     );
   }
@@ -149,7 +151,10 @@ export function assertRouteIdentity(who: unknown, where: string): asserts who is
   const unknown = keys.filter((key) => !(ROUTE_IDENTITY_KINDS as readonly string[]).includes(key));
   if (keys.length !== 1 || unknown.length > 0) {
     const got = keys.length === 0 ? 'an empty object' : `${keys.length === 1 ? 'key' : 'keys'} ${keys.join(', ')}`;
-    throw new Error(`${where}: the identity must have exactly one of ${shape} (got ${got})`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_IDENTITY',
+      `${where}: the identity must have exactly one of ${shape} (got ${got})`,
+    );
   }
   const kind = keys[0] as RouteIdentityKind;
   const value: unknown = (who as Record<string, unknown>)[kind];
@@ -158,5 +163,5 @@ export function assertRouteIdentity(who: unknown, where: string): asserts who is
   const wanted = kind === 'user' ? 'a non-empty string or a finite number' : 'a non-empty string';
   const shown = typeof value === 'number' || typeof value === 'boolean' || value === undefined;
   const got = value === '' ? 'an empty string' : value === null ? 'null' : kind !== 'apiKey' && shown ? String(value) : typeof value;
-  throw new Error(`${where}: ${kind} must be ${wanted} (got ${got})`);
+  throw new RateLimitConfigError('ERR_RATE_LIMIT_INVALID_IDENTITY', `${where}: ${kind} must be ${wanted} (got ${got})`);
 }

@@ -1,6 +1,7 @@
 import { type ModuleRef, ModulesContainer } from '@nestjs/core';
 import { RATE_LIMIT_POLICIES } from '../rate-limit.constants.js';
 import { RouteLimiter } from './route-limiter.js';
+import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
 
 /**
  * The app's `RouteLimiter`, from whichever module the guard or interceptor lives in: `@RateLimit()` and
@@ -10,7 +11,8 @@ export function findRouteLimiter(moduleRef: ModuleRef, who: string, where?: () =
   try {
     return moduleRef.get(RouteLimiter, { strict: false });
   } catch {
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_MODULE_NOT_IMPORTED',
       `${who}${where ? ` (${where()})` : ''} needs RateLimitModule, which this application does not import: ` +
         'add RateLimitModule.forRoot({ ... }) or RateLimitModule.forRootAsync({ ... }) to the imports of your root module',
     );

@@ -1,5 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
-import { Deadlines, RateLimitTimeoutError } from '../engine/with-timeout.js';
+import { Deadlines } from '../engine/with-timeout.js';
+import { RateLimitTimeoutError } from '../errors/rate-limit.errors.js';
 import type { ThrottledLogger } from '../throttled-logger.js';
 
 /** The app's hooks (`keys.apiKey`, keyBy functions, skipIf, per-request numbers) answer within `timeoutMs`, like the store. */

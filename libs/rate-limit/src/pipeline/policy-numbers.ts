@@ -5,6 +5,7 @@ import { assertBucketPolicy, assertCost } from '../bucket/bucket-policy.check.js
 import { assertBlockSeconds, type CompiledPolicy } from '../policies/policy.js';
 import { RESOLVER_CACHE_MAX_ENTRIES } from '../rate-limit.constants.js';
 import type { RateLimitIdentity, RateLimitResolver, ResolvedLimits } from '../rate-limit.interfaces.js';
+import { RateLimitConfigError, reasonOf } from '../errors/rate-limit.errors.js';
 
 /** The numbers of one request's bucket. */
 export interface RequestNumbers {
@@ -55,7 +56,8 @@ export class PolicyNumbers {
     if (instance === undefined) {
       instance = this.instantiate(type).catch((error: unknown) => {
         this.resolvers.delete(type);
-        throw new Error(
+        throw new RateLimitConfigError(
+          'ERR_RATE_LIMIT_RESOLVER_NOT_INJECTABLE',
           `@RateLimit resolve: ${type.name} on ${route} could not be created (${error instanceof Error ? error.message : String(error)}): ` +
             'register it as a provider, or make sure its dependencies can be injected',
         );
@@ -75,7 +77,8 @@ export class PolicyNumbers {
       let refillPerSecond: unknown;
       if (dynamic.resolve !== undefined) {
         const limits = await this.resolved(dynamic.resolve, route, policy.scope, who, context);
-        if (typeof limits !== 'object' || limits === null) throw new Error(`the resolver answered ${String(limits)}`);
+        if (typeof limits !== 'object' || limits === null)
+          throw new RateLimitConfigError('ERR_RATE_LIMIT_INVALID_POLICY', `the resolver answered ${String(limits)}`);
         capacity = limits.capacity;
         refillPerSecond = limits.refillPerSecond;
         cost = dynamic.cost !== undefined ? await this.bounded(dynamic.cost(context)) : (limits.cost ?? dynamic.fallback?.cost ?? 1);
@@ -91,7 +94,7 @@ export class PolicyNumbers {
       if (!dynamic.costFromRequest) assertCost(cost, numbers.capacity, where);
       if (policy.blockSeconds > 0) assertBlockSeconds(policy.blockSeconds, numbers, false, where);
     } catch (error) {
-      const reason = error instanceof Error ? error.message : String(error);
+      const reason = reasonOf(error);
       const fallback = dynamic.fallback;
       this.once(
         `numbers|${route}|${policy.scope}`,

@@ -115,6 +115,7 @@ function refusal(context: ExecutionContext, retryAfter: number, code: RateLimite
     if (typeof ack === 'function') ack(payload);
   }
   const Class = type === 'ws' ? loaded.ws : type === 'rpc' ? loaded.rpc : undefined;
-  // Loaded at start-up for every gateway and pattern handler the app has; an Error carrying the payload otherwise.
+  // Loaded at start-up for every gateway and pattern handler the app has; an Error carrying the payload otherwise
+  // (a refusal, with the payload's own code RATE_LIMITED / RATE_LIMIT_UNAVAILABLE: not a library error).
   return Class === undefined ? Object.assign(new Error(payload.message), payload) : new Class(payload);
 }

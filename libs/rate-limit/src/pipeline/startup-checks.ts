@@ -8,6 +8,7 @@ import { BucketStore } from '../stores/bucket-store.interface.js';
 import { fieldResolverWarnings } from './field-resolver-check.js';
 import { RouteLimiter } from './route-limiter.js';
 import { isOurs } from './setup-warnings.js';
+import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
 
 /**
  * What is checked once, at start-up: the routes' policies (compiled and checked as the routes are
@@ -108,7 +109,8 @@ export class StartupChecks implements OnModuleInit, OnApplicationBootstrap {
       if (!enhancers.some(isOurs)) unlimited.push(plan.route);
     }
     if (unlimited.length === 0) return;
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_GUARD_NOT_REGISTERED',
       `RateLimitModule.forRoot({ guard: false }), but no RateLimitGuard runs on ${unlimited.join(', ')}: ` +
         'their @RateLimit policies would not be enforced. Register RateLimitGuard (APP_GUARD, ' +
         'app.useGlobalGuards() or @UseGuards()) or remove guard: false',
@@ -126,7 +128,8 @@ export class StartupChecks implements OnModuleInit, OnApplicationBootstrap {
     const importers = modules
       .filter((module) => [...module.imports].some((imported) => hosts.includes(imported)))
       .map((module) => module.metatype?.name ?? '(unnamed module)');
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_MODULE_IMPORTED_TWICE',
       `RateLimitModule.forRoot() / forRootAsync() is imported ${hosts.length} times (by ${importers.join(', ')}): ` +
         'each import registers its own guard and Redis connection, so requests would be limited twice. Import it ' +
         'once, in your root module, and add isGlobal: true to inject BucketService in other modules',

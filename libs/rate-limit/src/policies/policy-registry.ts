@@ -7,6 +7,7 @@ import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import { type CompiledPolicy, compilePolicy, type PolicyContext } from './policy.js';
 import { scopeSuffixes } from './route-names.js';
+import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
 
 /** The policies of one limited route, split by the phase that decides them. */
 export interface RoutePlan {
@@ -134,7 +135,8 @@ export class PolicyRegistry {
         if (owner === undefined) owners.set(policy.scope, controller);
         if (owner === undefined || owner === controller) continue;
         const where = (type: Function) => `in ${(registrations.get(type) ?? []).map((module) => module.name).join(', ') || 'no module'}`;
-        throw new Error(
+        throw new RateLimitConfigError(
+          'ERR_RATE_LIMIT_POLICY_CONFLICT',
           `Two classes named ${controller.name} (${where(owner)} and ${where(controller)}) have the same unnamed rate-limit ` +
             `scope "${policy.scope}": their requests would share buckets, and nothing tells their routes apart (an HTTP ` +
             "controller's path, version or host, a gateway's port or namespace). Name the policies of one of them, " +
@@ -208,7 +210,10 @@ export class PolicyRegistry {
     });
     const buckets = compiled.map((p) => `${typeof p.keyBy === 'function' ? p.keyBy.name : p.keyBy}|${p.scope}`);
     if (new Set(buckets).size !== buckets.length) {
-      throw new Error(`@RateLimit policies stacked on ${route} share one bucket: give each a different name or keyBy`);
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_POLICY_CONFLICT',
+        `@RateLimit policies stacked on ${route} share one bucket: give each a different name or keyBy`,
+      );
     }
     assertSharedNamesFit(compiled, route);
     return compiled;
@@ -219,7 +224,8 @@ export class PolicyRegistry {
 function assertSkippedNamesExist(names: readonly string[], scopes: ReadonlySet<string>, where: string, applies: string): void {
   for (const name of names) {
     if (scopes.has(name)) continue;
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_SKIP',
       `@SkipRateLimit('${name}') on ${where}: no policy of that name applies ${applies} policies: ${[...scopes].join(', ') || 'none'}); ` +
         'correct the name, or remove it',
     );
@@ -239,7 +245,8 @@ function assertSharedNamesFit(policies: readonly CompiledPolicy[], route: string
     const cost = group.reduce((sum, p) => sum + p.cost, 0);
     const capacity = Math.min(...group.map((p) => p.capacity));
     if (cost > capacity) {
-      throw new Error(
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_POLICY_CONFLICT',
         `@RateLimit policies named "${name}" on ${route} can meet on one bucket (a client without a user or API key ` +
           `falls back to its IP) and then need ${cost} tokens of a bucket of ${capacity}, so they would refuse it ` +
           'forever: give them different names, or costs that fit',

@@ -4,6 +4,7 @@ import { SAFE_IDENTITY } from '../rate-limit.constants.js';
 import { MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../stores/token-bucket.js';
 import { assertBucketPolicy, assertCost, describe } from '../bucket/bucket-policy.check.js';
 import { type AllKeys, keysOf, unknownKeyOf } from '../unknown-keys.js';
+import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
 
 const KEY_BY_NAMES: readonly string[] = ['ip', 'user', 'apiKey'];
 const PHASES: readonly string[] = ['before-guards', 'after-guards'];
@@ -117,11 +118,14 @@ export function compilePolicy(
   label = '@RateLimit',
 ): CompiledPolicy {
   if (typeof policy !== 'object' || policy === null) {
-    throw new Error(`${label} needs { capacity, refillPerSecond } or { resolve } (got ${describe(policy)}) on ${route}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} needs { capacity, refillPerSecond } or { resolve } (got ${describe(policy)}) on ${route}`,
+    );
   }
   // A policy kept in a variable escapes TypeScript's excess-property check: an unknown key is found here.
   const unknown = unknownKeyOf(policy, POLICY_KEYS, 'the policy');
-  if (unknown !== undefined) throw new Error(`${label} ${unknown} on ${route}`);
+  if (unknown !== undefined) throw new RateLimitConfigError('ERR_RATE_LIMIT_UNKNOWN_OPTION', `${label} ${unknown} on ${route}`);
   const dynamic = compileDynamic(policy, route, label);
   let numbers: BucketPolicy & { cost: number };
   if (dynamic === undefined) {
@@ -134,25 +138,41 @@ export function compilePolicy(
   }
   const keyBy = policy.keyBy ?? 'ip';
   if (typeof keyBy !== 'function' && !KEY_BY_NAMES.includes(keyBy)) {
-    throw new Error(`${label} keyBy must be 'ip', 'user', 'apiKey' or a function (got ${describe(keyBy)}) on ${route}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} keyBy must be 'ip', 'user', 'apiKey' or a function (got ${describe(keyBy)}) on ${route}`,
+    );
   }
   if (policy.name !== undefined && (typeof policy.name !== 'string' || !SAFE_IDENTITY.test(policy.name))) {
-    throw new Error(`${label} name must be 1-64 characters of A-Z a-z 0-9 . _ : @ - (got ${describe(policy.name)}) on ${route}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} name must be 1-64 characters of A-Z a-z 0-9 . _ : @ - (got ${describe(policy.name)}) on ${route}`,
+    );
   }
   if (policy.phase !== undefined && !PHASES.includes(policy.phase)) {
-    throw new Error(`${label} phase must be 'before-guards' or 'after-guards' (got ${describe(policy.phase)}) on ${route}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} phase must be 'before-guards' or 'after-guards' (got ${describe(policy.phase)}) on ${route}`,
+    );
   }
   const { refundOn, skipIf, enforce } = policy;
   if (refundOn !== undefined && refundOn !== 'success' && refundOn !== 'failure' && typeof refundOn !== 'function') {
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
       `${label} refundOn must be 'success', 'failure' or a function (status, error) => boolean (got ${describe(refundOn)}) on ${route}`,
     );
   }
   if (skipIf !== undefined && typeof skipIf !== 'function') {
-    throw new Error(`${label} skipIf must be a function (context) => boolean (got ${describe(skipIf)}) on ${route}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} skipIf must be a function (context) => boolean (got ${describe(skipIf)}) on ${route}`,
+    );
   }
   if (enforce !== undefined && typeof enforce !== 'boolean') {
-    throw new Error(`${label} enforce must be true or false (got ${describe(enforce)}) on ${route}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} enforce must be true or false (got ${describe(enforce)}) on ${route}`,
+    );
   }
   const blockSeconds = policy.blockSeconds ?? 0;
   if (policy.blockSeconds !== undefined) assertBlockSeconds(blockSeconds, numbers, dynamic !== undefined, route, label);
@@ -185,12 +205,14 @@ export function assertBlockSeconds(
   label = '@RateLimit',
 ): void {
   if (typeof blockSeconds !== 'number' || !Number.isFinite(blockSeconds) || blockSeconds <= 0 || blockSeconds > MAX_WINDOW_SECONDS) {
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
       `${label} blockSeconds must be a number > 0 and at most ${MAX_WINDOW_SECONDS} (got ${describe(blockSeconds)}) on ${where}`,
     );
   }
   if (!dynamic && policy !== undefined && blockSeconds * policy.refillPerSecond > MAX_CAPACITY) {
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
       `${label} blockSeconds * refillPerSecond must be at most ${MAX_CAPACITY} tokens (got ${Number((blockSeconds * policy.refillPerSecond).toPrecision(6))}) on ${where}`,
     );
   }
@@ -201,10 +223,16 @@ function compileDynamic(policy: RateLimitPolicy, route: string, label: string): 
   const { capacity, refillPerSecond, cost, resolve } = policy;
   if (resolve !== undefined) {
     if (typeof resolve !== 'function' || typeof resolve.prototype?.resolve !== 'function') {
-      throw new Error(`${label} resolve must be a class with a resolve(identity, context) method (got ${describe(resolve)}) on ${route}`);
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_INVALID_POLICY',
+        `${label} resolve must be a class with a resolve(identity, context) method (got ${describe(resolve)}) on ${route}`,
+      );
     }
     if (typeof capacity === 'function' || typeof refillPerSecond === 'function') {
-      throw new Error(`${label} with resolve takes numbers, not functions, for capacity and refillPerSecond (its fallback) on ${route}`);
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_INVALID_POLICY',
+        `${label} with resolve takes numbers, not functions, for capacity and refillPerSecond (its fallback) on ${route}`,
+      );
     }
     let fallback: (BucketPolicy & { cost: number }) | undefined;
     if (capacity !== undefined || refillPerSecond !== undefined) {
@@ -222,16 +250,25 @@ function compileDynamic(policy: RateLimitPolicy, route: string, label: string): 
     typeof capacity !== 'function' &&
     (typeof capacity !== 'number' || !Number.isInteger(capacity) || capacity < 1 || capacity > MAX_CAPACITY)
   ) {
-    throw new Error(`${label} capacity must be an integer from 1 to ${MAX_CAPACITY} or a function (got ${describe(capacity)}) on ${route}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} capacity must be an integer from 1 to ${MAX_CAPACITY} or a function (got ${describe(capacity)}) on ${route}`,
+    );
   }
   if (
     typeof refillPerSecond !== 'function' &&
     (typeof refillPerSecond !== 'number' || !Number.isFinite(refillPerSecond) || refillPerSecond <= 0)
   ) {
-    throw new Error(`${label} refillPerSecond must be a finite number > 0 or a function (got ${describe(refillPerSecond)}) on ${route}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} refillPerSecond must be a finite number > 0 or a function (got ${describe(refillPerSecond)}) on ${route}`,
+    );
   }
   if (cost !== undefined && typeof cost !== 'function' && (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1)) {
-    throw new Error(`${label} cost must be an integer >= 1 or a function (got ${describe(cost)}) on ${route}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_POLICY',
+      `${label} cost must be an integer >= 1 or a function (got ${describe(cost)}) on ${route}`,
+    );
   }
   const fixed = (value: unknown) => () => value as number;
   return {

@@ -16,6 +16,7 @@ import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import type { BucketRequest } from '../stores/token-bucket.js';
 import type { CompiledPolicy } from './policy.js';
 import { PolicyRegistry } from './policy-registry.js';
+import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
 
 /** The route policies' buckets by scope, from the routes `PolicyRegistry` found: what `BucketService.peekRoute()` / `resetRoute()` ask. */
 @Injectable()
@@ -65,7 +66,8 @@ export class PolicyRouteBuckets extends RouteBuckets {
     const policies = typeof scope === 'string' ? byScope.get(scope) : undefined;
     if (policies === undefined) {
       const known = [...byScope.keys()].sort().map((s) => JSON.stringify(s));
-      throw new Error(
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_UNKNOWN_SCOPE',
         `${where}: no route policy has the scope ${typeof scope === 'string' ? JSON.stringify(scope) : String(scope)} ` +
           `(a policy's name, or Controller.handler for an unnamed one); ` +
           (known.length === 0 ? 'no route has a @RateLimit policy' : `known scopes: ${known.join(', ')}`),
@@ -74,7 +76,8 @@ export class PolicyRouteBuckets extends RouteBuckets {
     const kind = routeIdentityKind(who);
     const kinds = new Set<RouteIdentityKind>(['ip', ...policies.map(identityKindOf)]);
     if (!kinds.has(kind)) {
-      throw new Error(
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_INVALID_IDENTITY',
         `${where}: the policies of scope ${JSON.stringify(scope)} key buckets by ${[...kinds].join(' or ')}, ` +
           `never by ${kind}: that bucket does not exist`,
       );
@@ -92,13 +95,19 @@ function identityKindOf(policy: CompiledPolicy): RouteIdentityKind {
 function sharedNumbers(policies: readonly CompiledPolicy[], scope: string, where: string): BucketPolicy {
   const ask = `pass them: peekRoute(${JSON.stringify(scope)}, who, { capacity, refillPerSecond })`;
   if (policies.some((p) => p.dynamic !== undefined)) {
-    throw new Error(`${where}: the numbers of this policy are computed per request (functions or resolve); ${ask}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_ROUTE_NUMBERS_REQUIRED',
+      `${where}: the numbers of this policy are computed per request (functions or resolve); ${ask}`,
+    );
   }
   const [first] = policies;
   const differ = policies.some((p) => p.capacity !== first.capacity || p.refillPerSecond !== first.refillPerSecond);
   if (differ) {
     const seen = [...new Set(policies.map((p) => `capacity ${p.capacity}, refillPerSecond ${p.refillPerSecond}`))];
-    throw new Error(`${where}: the routes that share this policy name have different numbers (${seen.join('; ')}); ${ask}`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_ROUTE_NUMBERS_REQUIRED',
+      `${where}: the routes that share this policy name have different numbers (${seen.join('; ')}); ${ask}`,
+    );
   }
   return { capacity: first.capacity, refillPerSecond: first.refillPerSecond };
 }

@@ -1,5 +1,6 @@
 import type { BucketRequest, PenaltyReport } from './token-bucket.js';
 import type { BucketStore, TakeOptions, TakeResult } from './bucket-store.interface.js';
+import { RateLimitError } from '../errors/rate-limit.errors.js';
 
 /** What a `store` object must have, in the order a start-up error names them. */
 const REQUIRED = [
@@ -83,7 +84,8 @@ function checked(result: TakeResult & PenaltyReport, n: number): TakeResult & Pe
     (penaltyMs !== undefined &&
       (!Array.isArray(penaltyMs) || penaltyMs.length !== n || !penaltyMs.every((ms) => typeof ms === 'number' && ms >= 0)))
   ) {
-    throw new TypeError(
+    throw new RateLimitError(
+      'ERR_RATE_LIMIT_STORE_CONTRACT',
       `BucketStore: take() must answer { allowed: boolean, tokens: number[] } with one number per request (${n}); got ${describe(result)}`,
     );
   }

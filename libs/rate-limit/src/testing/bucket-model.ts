@@ -1,3 +1,4 @@
+import { RateLimitError } from '../errors/rate-limit.errors.js';
 /**
  * A reference model of the token bucket, written from DESIGN.md ("The algorithm") and the README
  * ("The algorithm": bounds, one bucket per key per call, state it does not trust, clocks; "Penalties
@@ -108,7 +109,7 @@ export class BucketModel {
    */
   decide(requests: readonly ModelRequest[], mode: ModelMode, now: number, dry = false): ModelOutcome {
     const keys = new Set(requests.map((r) => r.key));
-    if (keys.size !== requests.length) throw new Error('model: one bucket per key per call');
+    if (keys.size !== requests.length) throw new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', 'model: one bucket per key per call');
     // "A call with a penalty" (README, Penalties: Cost): a bucket of the call has blockSeconds.
     const penaltyCall = requests.some((r) => (r.blockSeconds ?? 0) > 0);
     const n = requests.length;

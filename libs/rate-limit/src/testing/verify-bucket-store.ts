@@ -89,7 +89,8 @@ export async function verifyBucketStore(store: BucketStore, options: VerifyBucke
     ...(options.seed === undefined ? {} : { seed: options.seed }),
   });
   if (!details.failed) return;
-  // The rule broken first, then fast-check's report (seed, path and the shrunk sequence to replay it).
+  // The rule broken first, then fast-check's report (seed, path and the shrunk sequence to replay it). A test's
+  // failure report, thrown into the caller's test runner: not a library error, so no code.
   const error = details.errorInstance;
   const why = error instanceof Error ? error.message : String(error);
   throw new Error(`BucketStore conformance: ${why}\n${fc.defaultReportMessage(details) ?? ''}`, { cause: error });

@@ -12,6 +12,7 @@ import {
 } from '../token-bucket.js';
 import { ThrottledLogger } from '../../throttled-logger.js';
 import type { BucketStore, TakeOptions, TakeResult } from '../bucket-store.interface.js';
+import { RateLimitConfigError, RateLimitError } from '../../errors/rate-limit.errors.js';
 
 interface StoredBucket extends BucketState {
   expiresAt: number;
@@ -63,7 +64,10 @@ export class MemoryBucketStore implements BucketStore {
   constructor(options: MemoryBucketStoreOptions = {}) {
     const maxBuckets = options.maxBuckets ?? DEFAULT_MAX_LOCAL_BUCKETS;
     if (!Number.isSafeInteger(maxBuckets) || maxBuckets < 1) {
-      throw new Error(`MemoryBucketStore: maxBuckets must be an integer >= 1 (got ${JSON.stringify(maxBuckets)})`);
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_INVALID_OPTION',
+        `MemoryBucketStore: maxBuckets must be an integer >= 1 (got ${JSON.stringify(maxBuckets)})`,
+      );
     }
     this.maxBuckets = maxBuckets;
     this.clock = options.clock ?? Date.now;
@@ -203,7 +207,11 @@ export class MemoryBucketStore implements BucketStore {
 function assertDistinctKeys(requests: readonly BucketRequest[]): void {
   const keys = new Set<string>();
   for (const { key } of requests) {
-    if (keys.has(key)) throw new Error(`MemoryBucketStore: the same key twice in one decision (${key}); merge them first`);
+    if (keys.has(key))
+      throw new RateLimitError(
+        'ERR_RATE_LIMIT_STORE_CONTRACT',
+        `MemoryBucketStore: the same key twice in one decision (${key}); merge them first`,
+      );
     keys.add(key);
   }
 }

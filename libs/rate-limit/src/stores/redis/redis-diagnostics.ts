@@ -2,6 +2,7 @@ import { Logger } from '@nestjs/common';
 import { Cluster, type RedisOptions } from 'ioredis';
 import { ThrottledLogger } from '../../throttled-logger.js';
 import { maskUrl, type RedisClient } from './redis-options.validation.js';
+import { RateLimitError } from '../../errors/rate-limit.errors.js';
 
 type ClientOptions = Partial<RedisOptions> & { tls?: unknown };
 
@@ -132,7 +133,10 @@ export class RedisDiagnostics {
   /** The error a decision gets while the client is not connected: where, and why. */
   notConnected(): Error {
     const cause = this.cause();
-    return new Error(`${this.target} is not connected: ${cause ?? `connection ${this.client.status}`}`);
+    return new RateLimitError(
+      'ERR_RATE_LIMIT_REDIS_NOT_CONNECTED',
+      `${this.target} is not connected: ${cause ?? `connection ${this.client.status}`}`,
+    );
   }
 
   /**

@@ -1,5 +1,7 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { nearestKey, unknownKeyOf } from '../../unknown-keys.js';
+import type { RateLimitErrorCode } from '../../errors/error-codes.js';
+import { RateLimitConfigError } from '../../errors/rate-limit.errors.js';
 
 export type RedisClient = Redis | Cluster;
 /** What the `redis` option accepts. */
@@ -153,8 +155,9 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return proto === Object.prototype || proto === null;
 }
 
-function reject(detail: string): never {
-  throw new Error(`RateLimitModule: ${detail}; redis must be ${ACCEPTED}`);
+/** A key the installed ioredis does not read is `ERR_RATE_LIMIT_UNKNOWN_OPTION`, as in the module's own options; a wrong value `..._INVALID_REDIS_OPTION`. */
+function reject(detail: string, code: RateLimitErrorCode = 'ERR_RATE_LIMIT_INVALID_REDIS_OPTION'): never {
+  throw new RateLimitConfigError(code, `RateLimitModule: ${detail}; redis must be ${ACCEPTED}`);
 }
 
 /**
@@ -176,10 +179,11 @@ function checkKey(key: string): void {
   if (LATER_KEYS[key]) {
     reject(
       `redis.${key} is read by ioredis ${LATER_KEYS[key].since} and later only: the installed ioredis would ignore it; upgrade ioredis or remove it`,
+      'ERR_RATE_LIMIT_UNKNOWN_OPTION',
     );
   }
   const close = nearestKey(key, INSTALLED_KEYS, MISTAKEN_KEYS);
-  reject(`redis.${key} is not an ioredis RedisOptions key${close ? ` (did you mean "${close}"?)` : ''}`);
+  reject(`redis.${key} is not an ioredis RedisOptions key${close ? ` (did you mean "${close}"?)` : ''}`, 'ERR_RATE_LIMIT_UNKNOWN_OPTION');
 }
 
 function checkSentinels(sentinels: unknown): unknown {
@@ -188,9 +192,12 @@ function checkSentinels(sentinels: unknown): unknown {
     if (!isPlainObject(sentinel)) return sentinel;
     const where = `redis.sentinels[${i}]`;
     const unknown = unknownKeyOf(sentinel, SENTINEL_KEYS, where);
-    if (unknown !== undefined) reject(unknown);
+    if (unknown !== undefined) reject(unknown, 'ERR_RATE_LIMIT_UNKNOWN_OPTION');
     if ('host' in sentinel && sentinel.host === undefined) {
-      throw new Error(`RateLimitModule: ${where}.host is undefined ${MISSING}: give the sentinel's host name or address`);
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_REDIS_OPTION_UNDEFINED',
+        `RateLimitModule: ${where}.host is undefined ${MISSING}: give the sentinel's host name or address`,
+      );
     }
     const port = checkPort(sentinel.port, `${where}.port`);
     return port === undefined ? sentinel : { ...sentinel, port };
@@ -214,16 +221,20 @@ export function checkRedisOption(value: unknown): RedisOption {
       protocol = undefined;
     }
     if (protocol === 'redis:' || protocol === 'rediss:') return value;
-    throw new Error(`RateLimitModule: redis must be a redis:// or rediss:// URL (got ${shown(value)})`);
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_REDIS_OPTION',
+      `RateLimitModule: redis must be a redis:// or rediss:// URL (got ${shown(value)})`,
+    );
   } else if (isPlainObject(value)) {
     for (const key of Object.keys(value)) {
       if (key === 'url') {
         const url = typeof value.url === 'string' ? ` (redis: ${JSON.stringify(maskUrl(value.url))})` : '';
-        reject(`redis.url is not an ioredis option: pass the URL string itself${url}`);
+        reject(`redis.url is not an ioredis option: pass the URL string itself${url}`, 'ERR_RATE_LIMIT_UNKNOWN_OPTION');
       }
       checkKey(key);
       if (value[key] === undefined && WHEN_LEFT_OUT[key]) {
-        throw new Error(
+        throw new RateLimitConfigError(
+          'ERR_RATE_LIMIT_REDIS_OPTION_UNDEFINED',
           `RateLimitModule: redis.${key} is undefined ${MISSING}: give it a value, or leave ${key} out to ${WHEN_LEFT_OUT[key]}`,
         );
       }
@@ -237,12 +248,13 @@ export function checkRedisOption(value: unknown): RedisOption {
     if (port === value.port && sentinels === value.sentinels) return value as RedisOptions;
     return { ...value, port, sentinels } as RedisOptions;
   }
-  throw new Error(`RateLimitModule: redis must be ${ACCEPTED} (got ${shown(value)})`);
+  throw new RateLimitConfigError('ERR_RATE_LIMIT_INVALID_REDIS_OPTION', `RateLimitModule: redis must be ${ACCEPTED} (got ${shown(value)})`);
 }
 
 /** `redis: undefined` given explicitly: a URL from an environment variable that is not set. */
-export function undefinedRedisOption(): Error {
-  return new Error(
+export function undefinedRedisOption(): RateLimitConfigError {
+  return new RateLimitConfigError(
+    'ERR_RATE_LIMIT_REDIS_OPTION_UNDEFINED',
     `RateLimitModule: redis is undefined ${MISSING}: give a redis:// URL, RedisOptions or a client, ` +
       'or leave redis out to connect to redis://127.0.0.1:6379',
   );

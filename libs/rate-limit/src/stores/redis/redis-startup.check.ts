@@ -4,6 +4,8 @@ import { CONNECT_WAIT_MS } from '../../rate-limit.constants.js';
 import type { FailureMode, StartupCheck } from '../../rate-limit.options.js';
 import type { RedisClient } from './redis-options.validation.js';
 import { describeCause, type RedisDiagnostics } from './redis-diagnostics.js';
+import type { RateLimitErrorCode } from '../../errors/error-codes.js';
+import { RateLimitConfigError } from '../../errors/rate-limit.errors.js';
 
 /** What the start-up check of a client the module created needs to know. */
 export interface StartupCheckSettings {
@@ -85,7 +87,8 @@ export async function checkAtStartup(
   const tooOld = await serverTooOld(client);
   if (tooOld !== undefined) {
     client.disconnect();
-    throw new Error(
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_REDIS_VERSION',
       `RateLimitModule cannot start: ${diagnostics.target} runs Redis ${tooOld}; the rate limiter's script needs Redis ` +
         `${MIN_REDIS_VERSION.join('.')} or later (PEXPIRE ... GT): upgrade Redis, or set startupCheck: false to start without this check`,
     );
@@ -130,17 +133,22 @@ async function serverTooOld(client: RedisClient): Promise<string | undefined> {
   }
 }
 
-const WHAT: Record<'credentials' | 'tls' | 'dns', [string, string]> = {
-  credentials: ['refused the credentials', 'check redis.username and redis.password (or the URL)'],
-  tls: ['failed the TLS handshake', 'fix redis.tls (or use redis:// for a server without TLS)'],
-  dns: ['is not reachable', "check the host name (startupCheck: 'default' starts anyway while it does not resolve)"],
+const WHAT: Record<'credentials' | 'tls' | 'dns', [string, string, RateLimitErrorCode]> = {
+  credentials: ['refused the credentials', 'check redis.username and redis.password (or the URL)', 'ERR_RATE_LIMIT_REDIS_AUTH'],
+  tls: ['failed the TLS handshake', 'fix redis.tls (or use redis:// for a server without TLS)', 'ERR_RATE_LIMIT_REDIS_TLS'],
+  dns: [
+    'is not reachable',
+    "check the host name (startupCheck: 'default' starts anyway while it does not resolve)",
+    'ERR_RATE_LIMIT_REDIS_UNREACHABLE',
+  ],
 };
 
 function fail(client: RedisClient, diagnostics: RedisDiagnostics, error: unknown): never {
   client.disconnect();
-  const [what, fix] = WHAT[classify(error) as 'credentials' | 'tls' | 'dns'];
+  const [what, fix, code] = WHAT[classify(error) as 'credentials' | 'tls' | 'dns'];
   const cause = diagnostics.scrub(describeCause(error, Boolean((client.options as RedisOptions).tls)));
-  throw new Error(
+  throw new RateLimitConfigError(
+    code,
     `RateLimitModule cannot start: ${diagnostics.target} ${what}: ${cause}; ${fix}, or set startupCheck: false to start without this check`,
   );
 }
@@ -149,7 +157,8 @@ function denied(client: RedisClient, diagnostics: RedisDiagnostics, error: unkno
   client.disconnect();
   const user = (client.options as RedisOptions).username || 'default';
   const reason = diagnostics.scrub(error instanceof Error ? error.message : String(error));
-  throw new Error(
+  throw new RateLimitConfigError(
+    'ERR_RATE_LIMIT_REDIS_ACL',
     `RateLimitModule cannot start: ${diagnostics.target} does not let user "${user}" run the rate limiter's commands (${reason}); ` +
       `grant them: ACL SETUSER ${user} ~${keyPrefix}* +evalsha +eval +hmget +hset +pexpire +pttl +time +del`,
   );

@@ -1,6 +1,7 @@
 import type { TakeResult } from '../bucket-store.interface.js';
 import { type BucketRequest, type PenaltyReport, penaltyCostOf } from '../token-bucket.js';
 import type { TokenBucketMode } from './token-bucket.script.js';
+import { RateLimitError } from '../../errors/rate-limit.errors.js';
 
 /**
  * The token-bucket script's protocol, from the caller's side: the arguments of a decision (the
@@ -54,8 +55,8 @@ export function reportedTokens(tokens: number): number {
   return Math.floor(tokens * 2 ** (45 - e)) * 2 ** (e - 45);
 }
 
-function badCode(value: unknown): TypeError {
-  return new TypeError(`token-bucket script: expected an integer code, got ${JSON.stringify(value)}`);
+function badCode(value: unknown): RateLimitError {
+  return new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', `token-bucket script: expected an integer code, got ${JSON.stringify(value)}`);
 }
 
 export function decodeOne(reply: unknown): ScriptResult {
@@ -65,12 +66,14 @@ export function decodeOne(reply: unknown): ScriptResult {
 
 /** The array reply of a call with several buckets or decisions: one result, or the script's refusal, per decision. */
 export function decodeMany(reply: unknown, decisions: readonly (readonly BucketRequest[])[]): (ScriptResult | Error)[] {
-  if (!Array.isArray(reply)) throw new TypeError(`token-bucket script: expected an array, got ${JSON.stringify(reply)}`);
+  if (!Array.isArray(reply))
+    throw new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', `token-bucket script: expected an array, got ${JSON.stringify(reply)}`);
   const results: (ScriptResult | Error)[] = [];
   let at = 0;
   for (const requests of decisions) {
     const first = reply[at];
     if (typeof first === 'string') {
+      // The script's own refusal of this decision, as Redis gives it for a call of one (ioredis' ReplyError, no code): not a library error.
       results.push(new Error(first));
       at += 1;
       continue;
@@ -96,6 +99,7 @@ export function decodeMany(reply: unknown, decisions: readonly (readonly BucketR
     at += n;
     results.push({ allowed, tokens, penaltyMs });
   }
-  if (at !== reply.length) throw new TypeError(`token-bucket script: expected ${at} values, got ${reply.length}`);
+  if (at !== reply.length)
+    throw new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', `token-bucket script: expected ${at} values, got ${reply.length}`);
   return results;
 }
