@@ -27,6 +27,7 @@ const TIMING = [
   'test/redis-connection/startup-check.e2e-spec.ts',
   'test/redis-connection/failover-and-shutdown.e2e-spec.ts',
   'libs/rate-limit/src/engine/with-timeout.spec.ts',
+  'test/redis/sentinel-failover.timing.e2e-spec.ts',
 ];
 /** The consumer apps' own e2e specs: their own runners run them against the installed package (test/package). */
 const FIXTURES = '<rootDir>/test/package/fixtures/';
