@@ -5,6 +5,7 @@ import type { BucketStore, TakeOptions } from '../bucket-store.interface.js';
 import type { BucketRequest } from '../token-bucket.js';
 import { hashTag, keySlot } from './cluster-slots.js';
 import { Coalescer, type Queued } from './coalescer.js';
+import { ownedConnectionOf, type OwnedConnection } from './owned-connection.js';
 import { diagnosticsOf, type RedisDiagnostics } from './redis-diagnostics.js';
 import type { RedisClient } from './redis-options.validation.js';
 import { checkAtStartup, type StartupCheckSettings } from './redis-startup.check.js';
@@ -40,6 +41,8 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   private readonly diagnostics: RedisDiagnostics | undefined;
   /** The start failed and the connection was dropped (`abandon`): nothing more to report about it. */
   private abandoned = false;
+  /** What the module adds to a client it created (revival, the Sentinel watch); undefined for the application's own. */
+  private readonly connection: OwnedConnection | undefined;
   /** Decisions pending in the same event-loop turn share one script call; undefined when `coalesce` is off. */
   private readonly coalescer: Coalescer | undefined;
 
@@ -64,8 +67,10 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
       : undefined;
     // A client the module created reports its connection errors, throttled; a client the application
     // passed in gets no listener (adding one would hide ioredis' own report of unhandled 'error' events).
-    if (owned) this.diagnostics = diagnosticsOf(client);
-    else if (client.options.enableOfflineQueue !== false) {
+    if (owned) {
+      this.diagnostics = diagnosticsOf(client);
+      this.connection = ownedConnectionOf(client);
+    } else if (client.options.enableOfflineQueue !== false) {
       this.logger.warn(
         'The Redis client given to RateLimitModule queues commands while disconnected, so decisions that ' +
           'timed out are replayed when it reconnects: create it with { enableOfflineQueue: false }',
@@ -75,10 +80,17 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
 
   async onModuleInit(): Promise<void> {
     if (this.client instanceof Cluster && this.client.status === 'ready') await this.connectMasters(this.client);
-    if (!this.owned || this.client.status === 'ready') return;
+    if (!this.owned) return;
+    this.connection?.start();
+    if (this.client.status === 'ready') return;
     if (this.client.status === 'wait') this.client.connect().catch(() => undefined);
     if (this.startup && this.startup.mode !== false && this.diagnostics) {
-      return checkAtStartup(this.client, this.diagnostics, this.script, this.startup);
+      try {
+        return await checkAtStartup(this.client, this.diagnostics, this.script, this.startup);
+      } catch (error) {
+        this.connection?.stop();
+        throw error;
+      }
     }
     const ready = new Promise<void>((resolve) => this.client.once('ready', resolve));
     if (!(await settlesWithin(ready, CONNECT_WAIT_MS)) && !this.abandoned) this.diagnostics?.notReadyAtStart();
@@ -87,6 +99,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   abandon(): void {
     if (!this.owned) return;
     this.abandoned = true;
+    this.connection?.stop();
     this.client.disconnect();
   }
 
@@ -106,6 +119,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
    */
   async onModuleDestroy(): Promise<void> {
     if (!this.owned) return;
+    this.connection?.stop();
     const quit = this.client.quit().then(
       () => true,
       () => false,
@@ -210,7 +224,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
         now === undefined
           ? this.evaluate([1, key, header, capacity, refillPerSecond, cost])
           : this.evaluate([1, key, header, capacity, refillPerSecond, cost, now]);
-      return call.then(decodeOne);
+      return this.connection === undefined ? call.then(decodeOne) : call.then((reply) => (this.connection!.answered(1), decodeOne(reply)));
     }
     return this.decide([{ requests, mode, sent }], now).then(([result]) => {
       if (result instanceof Error) throw result;
@@ -230,12 +244,13 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     for (const decision of decisions) appendDecision(keys, argv, decision.requests, decision.mode);
     if (now !== undefined) argv.push(now);
     for (const decision of decisions) decision.sent?.();
-    return this.evaluate([keys.length, ...keys, ...argv]).then((reply) =>
-      decodeMany(
+    return this.evaluate([keys.length, ...keys, ...argv]).then((reply) => {
+      this.connection?.answered(decisions.length);
+      return decodeMany(
         reply,
         decisions.map((decision) => decision.requests),
-      ),
-    );
+      );
+    });
   }
 
   /**

@@ -1,6 +1,8 @@
 import { Redis, type RedisOptions } from 'ioredis';
 import { diagnosticsOf, isReadOnlyError, type RedisDiagnostics } from './redis-diagnostics.js';
+import { ownConnection } from './owned-connection.js';
 import { checkRedisOption, isRedisClient, type RedisClient } from './redis-options.validation.js';
+import { withSentinelDefaults } from './sentinel-watch.js';
 
 /**
  * ioredis' `reconnectOnError`: a READONLY reply means the server the client talks to was demoted to a
@@ -35,6 +37,8 @@ export function createRedisClient(redis: unknown): { client: RedisClient; owned:
   // eslint-disable-next-line prefer-const
   let client: Redis | undefined;
   const own = typeof option === 'string' ? undefined : option.reconnectOnError;
+  // An application that gives its own retryStrategy decides when the client gives up; else the module revives it.
+  const revive = typeof option === 'string' || option.retryStrategy === undefined;
   // A dead Redis must fail a decision at once, not queue it and replay it minutes later: no offline
   // queue, and commands in flight when the connection drops are failed, not resent after a reconnect.
   const failFast: RedisOptions = {
@@ -46,7 +50,9 @@ export function createRedisClient(redis: unknown): { client: RedisClient; owned:
     // The socket opens in onModuleInit: an application that fails to compile leaves no connection behind.
     lazyConnect: true,
   };
-  client = typeof option === 'string' ? new Redis(option, failFast) : new Redis({ ...option, ...failFast });
-  diagnosticsOf(client);
+  client = typeof option === 'string' ? new Redis(option, failFast) : new Redis({ ...withSentinelDefaults(option), ...failFast });
+  const diagnostics = diagnosticsOf(client);
+  if (!revive) diagnostics.retrying = 'the client retries as your retryStrategy says';
+  ownConnection(client, diagnostics, revive);
   return { client, owned: true };
 }

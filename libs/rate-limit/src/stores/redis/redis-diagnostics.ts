@@ -93,6 +93,8 @@ export class RedisDiagnostics {
   private readonly secrets: string[];
   private readonly logger = new ThrottledLogger('RateLimit');
   private last: unknown;
+  /** What the client does after a connection error, for the warning (`OwnedConnection`). */
+  retrying = 'the client keeps retrying';
   /** While the start-up check runs, it reports connection errors itself. */
   private muted = false;
 
@@ -162,7 +164,7 @@ export class RedisDiagnostics {
     if (this.muted) return;
     this.warn(
       `Cannot connect to ${this.target}: ${describeCause(error, this.tls)}; ` +
-        'decisions follow failureMode until it answers, and the client keeps retrying',
+        `decisions follow failureMode until it answers, and ${this.retrying}`,
     );
   }
 

@@ -65,11 +65,12 @@ describe('the redis option check', () => {
     const withStringPort = { host: 'cache', port: '6380' };
     expect(checkRedisOption(withStringPort)).toEqual({ host: 'cache', port: 6380, sentinels: undefined });
     expect(withStringPort.port).toBe('6380');
-    expect(checkRedisOption({ sentinels: [{ host: 's1', port: '26380' }], name: 'main' })).toEqual({
-      sentinels: [{ host: 's1', port: 26380 }],
-      name: 'main',
-      port: undefined,
-    });
+    const withStringSentinelPort = checkRedisOption({ sentinels: [{ host: 's1', port: '26380' }], name: 'main' });
+    expect(withStringSentinelPort).toStrictEqual({ sentinels: [{ host: 's1', port: 26380 }], name: 'main' });
+    // The module checks the options twice (resolving them, then creating the client): the answer passes again.
+    expect(checkRedisOption(withStringSentinelPort)).toBe(withStringSentinelPort);
+    const sentinelOptions = { sentinels: [{ host: 's1', port: 26380 }], name: 'main' };
+    expect(checkRedisOption(sentinelOptions)).toBe(sentinelOptions);
   });
 
   it.each([

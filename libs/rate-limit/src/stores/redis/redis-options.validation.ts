@@ -188,7 +188,7 @@ function checkKey(key: string): void {
 
 function checkSentinels(sentinels: unknown): unknown {
   if (!Array.isArray(sentinels)) return sentinels;
-  return sentinels.map((sentinel: unknown, i) => {
+  const checked = sentinels.map((sentinel: unknown, i) => {
     if (!isPlainObject(sentinel)) return sentinel;
     const where = `redis.sentinels[${i}]`;
     const unknown = unknownKeyOf(sentinel, SENTINEL_KEYS, where);
@@ -200,8 +200,10 @@ function checkSentinels(sentinels: unknown): unknown {
       );
     }
     const port = checkPort(sentinel.port, `${where}.port`);
-    return port === undefined ? sentinel : { ...sentinel, port };
+    return port === sentinel.port ? sentinel : { ...sentinel, port };
   });
+  // The same array when nothing changed: the options are then answered as they came.
+  return checked.every((sentinel, i) => sentinel === sentinels[i]) ? sentinels : checked;
 }
 
 /**
@@ -246,7 +248,11 @@ export function checkRedisOption(value: unknown): RedisOption {
     const port = checkPort(value.port, 'redis.port');
     const sentinels = checkSentinels(value.sentinels);
     if (port === value.port && sentinels === value.sentinels) return value as RedisOptions;
-    return { ...value, port, sentinels } as RedisOptions;
+    // Only the keys given: a `port: undefined` added here would be refused when the copy is checked again.
+    const copy: Record<string, unknown> = { ...value, sentinels };
+    if (port !== undefined) copy.port = port;
+    if (sentinels === undefined) delete copy.sentinels;
+    return copy as RedisOptions;
   }
   throw new RateLimitConfigError('ERR_RATE_LIMIT_INVALID_REDIS_OPTION', `RateLimitModule: redis must be ${ACCEPTED} (got ${shown(value)})`);
 }

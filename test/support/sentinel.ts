@@ -1,0 +1,215 @@
+import type { ChildProcess } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { Redis } from 'ioredis';
+import { isRunning, killChild, signalChild, spawnChild } from './children.js';
+import { freePort, pingRedis } from './redis.js';
+
+/**
+ * A local Sentinel deployment for tests: a master and a replica (`redis-server --replicaof`), and three
+ * `redis-server --sentinel` processes monitoring the master (quorum 2, down-after-milliseconds 1000),
+ * all on free ports of 127.0.0.1, their config files in a temporary directory. No Docker, and the
+ * shared Redis is never touched. Every process is spawned by `spawnChild`, so the run's teardown kills
+ * any a test leaves behind.
+ */
+
+export const MASTER_NAME = 'rl-test-master';
+/** Sentinel's `down-after-milliseconds`: a master silent this long is subjectively down. */
+export const DOWN_AFTER_MS = 1000;
+const FAILOVER_TIMEOUT_MS = 3000;
+
+export interface Address {
+  host: string;
+  port: number;
+}
+
+/** One redis-server process of the deployment (a data node or a sentinel). */
+class Node {
+  constructor(
+    readonly port: number,
+    readonly child: ChildProcess,
+  ) {}
+
+  get url(): string {
+    return `redis://127.0.0.1:${this.port}`;
+  }
+
+  signal(signal: NodeJS.Signals): void {
+    signalChild(this.child, signal);
+  }
+
+  stop(): Promise<void> {
+    return killChild(this.child);
+  }
+}
+
+async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check().catch(() => false)) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`local Sentinel deployment: ${what} within ${timeoutMs} ms`);
+}
+
+/** `SENTINEL ...` replies are flat arrays of field, value: an object of them. */
+function fields(reply: unknown): Record<string, string> {
+  const list = reply as string[];
+  const out: Record<string, string> = {};
+  for (let i = 0; i + 1 < list.length; i += 2) out[list[i]] = list[i + 1];
+  return out;
+}
+
+export class LocalSentinels {
+  private constructor(
+    /** [0]: started as the master, [1]: started as its replica. */
+    readonly servers: Node[],
+    readonly sentinels: Node[],
+    private readonly dir: string,
+  ) {}
+
+  /** The `redis` option of RateLimitModule (or ioredis) for this deployment. */
+  get options(): { sentinels: Address[]; name: string } {
+    return { sentinels: this.sentinels.map((s) => ({ host: '127.0.0.1', port: s.port })), name: MASTER_NAME };
+  }
+
+  /** The server started as the master, and the one started as its replica. */
+  get master(): Node {
+    return this.servers[0];
+  }
+
+  get replica(): Node {
+    return this.servers[1];
+  }
+
+  /**
+   * Starts the master, its replica and three sentinels, and waits until the replica is in sync and every
+   * sentinel knows the replica and the two other sentinels (so that a failover can be voted and done).
+   */
+  static async start(): Promise<LocalSentinels> {
+    const dir = await mkdtemp(join(tmpdir(), 'rl-test-sentinel-'));
+    const ports: number[] = [];
+    while (ports.length < 5) {
+      const port = await freePort();
+      if (!ports.includes(port)) ports.push(port);
+    }
+    const server = (port: number, extra: string[] = []) =>
+      spawnChild(
+        'redis-server',
+        ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extra],
+        {
+          stdio: 'ignore',
+        },
+      );
+    const children: ChildProcess[] = [];
+    const deployment = new LocalSentinels([], [], dir);
+    try {
+      children.push(server(ports[0]), server(ports[1], ['--replicaof', '127.0.0.1', String(ports[0])]));
+      deployment.servers.push(new Node(ports[0], children[0]), new Node(ports[1], children[1]));
+      for (const port of ports.slice(2)) {
+        const file = join(dir, `sentinel-${port}.conf`);
+        await writeFile(
+          file,
+          [
+            `port ${port}`,
+            'bind 127.0.0.1',
+            `dir ${dir}`,
+            `sentinel monitor ${MASTER_NAME} 127.0.0.1 ${ports[0]} 2`,
+            `sentinel down-after-milliseconds ${MASTER_NAME} ${DOWN_AFTER_MS}`,
+            `sentinel failover-timeout ${MASTER_NAME} ${FAILOVER_TIMEOUT_MS}`,
+            `sentinel parallel-syncs ${MASTER_NAME} 1`,
+            '',
+          ].join('\n'),
+        );
+        const child = spawnChild('redis-server', [file, '--sentinel'], { stdio: 'ignore' });
+        children.push(child);
+        deployment.sentinels.push(new Node(port, child));
+      }
+      for (const child of children) child.unref();
+      await deployment.ready();
+      return deployment;
+    } catch (error) {
+      await deployment.stop();
+      throw error;
+    }
+  }
+
+  private async ready(): Promise<void> {
+    const all = [...this.servers, ...this.sentinels];
+    await waitFor('every process answers PING', async () => {
+      if (all.some((n) => !isRunning(n.child))) throw new Error('a process of the deployment exited at start-up');
+      return (await Promise.all(all.map((n) => pingRedis(n.url, 500)))).every(Boolean);
+    });
+    await waitFor('the replica in sync and known to every sentinel, every sentinel known to the others', async () => {
+      const replication = await this.ask(this.replica.port, (c) => c.info('replication'));
+      if (!/master_link_status:up/.test(String(replication))) return false;
+      const known = await Promise.all(
+        this.sentinels.map((s) =>
+          this.ask(s.port, async (c) => {
+            const replicas = (await c.call('SENTINEL', 'REPLICAS', MASTER_NAME)) as unknown[];
+            const others = (await c.call('SENTINEL', 'SENTINELS', MASTER_NAME)) as unknown[];
+            const replicaOk = replicas.map(fields).some((r) => Number(r.port) === this.replica.port && r.flags === 'slave');
+            return replicaOk && others.length === 2;
+          }),
+        ),
+      );
+      return known.every(Boolean);
+    });
+  }
+
+  /** Runs `fn` on a throwaway connection to 127.0.0.1:`port`. */
+  async ask<T>(port: number, fn: (client: Redis) => Promise<T>): Promise<T> {
+    const client = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    client.on('error', () => undefined);
+    try {
+      await client.connect();
+      return await fn(client);
+    } finally {
+      client.disconnect();
+    }
+  }
+
+  /** The master's address as the first sentinel that answers tells it. */
+  async masterPort(): Promise<number> {
+    for (const s of this.sentinels) {
+      try {
+        const reply = (await this.ask(s.port, (c) => c.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', MASTER_NAME))) as string[];
+        return Number(reply[1]);
+      } catch {
+        // The next one.
+      }
+    }
+    throw new Error('no sentinel answered');
+  }
+
+  /** `SENTINEL FAILOVER`: a graceful failover, the master still running. */
+  async failover(): Promise<void> {
+    await this.ask(this.sentinels[0].port, (c) => c.call('SENTINEL', 'FAILOVER', MASTER_NAME));
+  }
+
+  /**
+   * Listens to every sentinel's events on the master (`+switch-master`, `+selected-slave`, ...): the
+   * first time each was seen, on `performance.now()`. `stop()` closes the connections.
+   */
+  watch(): { seen: Map<string, number>; stop: () => void } {
+    const seen = new Map<string, number>();
+    const clients = this.sentinels.map((s) => {
+      const client = new Redis({ host: '127.0.0.1', port: s.port, maxRetriesPerRequest: 0, retryStrategy: () => null });
+      client.on('error', () => undefined);
+      void client.psubscribe('*').catch(() => undefined);
+      client.on('pmessage', (_pattern: string, channel: string) => {
+        if (!seen.has(channel)) seen.set(channel, performance.now());
+      });
+      return client;
+    });
+    return { seen, stop: () => clients.forEach((c) => c.disconnect()) };
+  }
+
+  /** Kills every process and deletes the config files. */
+  async stop(): Promise<void> {
+    await Promise.all([...this.servers, ...this.sentinels].map((n) => n.stop()));
+    await rm(this.dir, { recursive: true, force: true });
+  }
+}
