@@ -2,7 +2,7 @@ import { createRequire } from 'node:module';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { FIXTURES, ROOT, run } from './support/consumer.js';
+import { FIXTURES, ROOT, run, STEP_TIMEOUT } from './support/consumer.js';
 
 /**
  * Nest monorepo users compile a library's sources with their app's tsconfig (`nest g library` maps the
@@ -18,30 +18,34 @@ describe.each([
   ['nest12-esm-express', 'strict, noImplicitOverride, noImplicitReturns'],
   ['nest12-cjs-fastify', "Nest's default: strict off, so strictNullChecks and noImplicitAny off"],
 ])('libs/rate-limit/src under the tsconfig of %s (%s)', (fixture) => {
-  it('type-checks without an error', async () => {
-    const dir = await mkdtemp(join(tmpdir(), `nrrl-sources-${fixture}-`));
-    try {
-      const tsconfig = {
-        extends: join(FIXTURES, fixture, 'tsconfig.json'),
-        compilerOptions: {
-          noEmit: true,
-          incremental: false,
-          rootDir: SOURCES,
-          typeRoots: [join(ROOT, 'node_modules/@types')],
-        },
-        include: [join(SOURCES, '**/*.ts')],
-        exclude: [join(SOURCES, '**/*.spec.ts')],
-      };
-      await writeFile(join(dir, 'tsconfig.json'), JSON.stringify(tsconfig, null, 2));
-      const checked = await run(process.execPath, [TSC, '-p', join(dir, 'tsconfig.json'), '--listFiles'], ROOT);
-      const lines = (checked.stdout + checked.stderr).split('\n').filter(Boolean);
-      const sources = lines.filter((line) => line.startsWith(SOURCES));
-      expect(sources).toContain(join(SOURCES, 'decorators/rate-limit.decorator.ts'));
-      expect(sources.filter((file) => file.endsWith('.spec.ts'))).toEqual([]);
-      expect(lines.filter((line) => !line.startsWith('/'))).toEqual([]);
-      expect(checked.code).toBe(0);
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
-  }, 120_000);
+  it(
+    'type-checks without an error',
+    async () => {
+      const dir = await mkdtemp(join(tmpdir(), `nrrl-sources-${fixture}-`));
+      try {
+        const tsconfig = {
+          extends: join(FIXTURES, fixture, 'tsconfig.json'),
+          compilerOptions: {
+            noEmit: true,
+            incremental: false,
+            rootDir: SOURCES,
+            typeRoots: [join(ROOT, 'node_modules/@types')],
+          },
+          include: [join(SOURCES, '**/*.ts')],
+          exclude: [join(SOURCES, '**/*.spec.ts')],
+        };
+        await writeFile(join(dir, 'tsconfig.json'), JSON.stringify(tsconfig, null, 2));
+        const checked = await run(process.execPath, [TSC, '-p', join(dir, 'tsconfig.json'), '--listFiles'], ROOT);
+        const lines = (checked.stdout + checked.stderr).split('\n').filter(Boolean);
+        const sources = lines.filter((line) => line.startsWith(SOURCES));
+        expect(sources).toContain(join(SOURCES, 'decorators/rate-limit.decorator.ts'));
+        expect(sources.filter((file) => file.endsWith('.spec.ts'))).toEqual([]);
+        expect(lines.filter((line) => !line.startsWith('/'))).toEqual([]);
+        expect(checked.code).toBe(0);
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    },
+    STEP_TIMEOUT,
+  );
 });

@@ -17,6 +17,12 @@ import { fileURLToPath } from 'node:url';
  * installs the tarball there, so parallel test files and parallel runs never share a node_modules.
  */
 
+/**
+ * A step of the package tests or a consumer app (a tsc run, its own test runner, a start) takes seconds on a quiet machine and
+ * several times that beside CPU-bound work: the limit only catches a hang, never a slow machine.
+ */
+export const STEP_TIMEOUT = 5 * 60_000;
+
 export const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 export const FIXTURES = join(ROOT, 'test/package/fixtures');
 const LIBRARY = join(ROOT, 'libs/rate-limit');
@@ -291,8 +297,9 @@ export function startConsumer(dir: string, env: Record<string, string>): Promise
     const exited = new Promise<number | string | null>((done) => child.once('exit', (code, signal) => done(code ?? signal)));
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`The app in ${dir} did not start within 30 s:\n${stdout}\n${stderr}`));
-    }, 30_000);
+      reject(new Error(`The app in ${dir} did not start within 120 s:\n${stdout}\n${stderr}`));
+      // A start takes a second or two; beside CPU-bound work many times that: only a hang is caught.
+    }, 120_000);
     child.once('exit', (code, signal) => {
       clearTimeout(timer);
       reject(new Error(`The app in ${dir} exited (${code ?? signal}) before listening:\n${stdout}\n${stderr}`));
