@@ -2,6 +2,7 @@ import { Redis } from 'ioredis';
 import { ThrottledLogger } from '../../throttled-logger.js';
 import type { RedisDiagnostics } from './redis-diagnostics.js';
 import type { RedisClient } from './redis-options.validation.js';
+import { Liveness } from './liveness.js';
 import { isSentinel, SentinelWatch } from './sentinel-watch.js';
 
 /** The first wait before a client that ended is connected again; doubled per failed try, up to REVIVE_MAX_MS. */
@@ -14,10 +15,13 @@ const REVIVE_MAX_MS = 2000;
  *   its retry strategy does not cover (a Sentinel lookup cut short by a disconnect: "Connection is
  *   closed"); without this the module answered `failureMode` until the app restarted. Not when the
  *   application gave a `retryStrategy` of its own: then ending is its choice.
- * - with `redis: { sentinels, name }`, the `SentinelWatch` that follows failovers.
+ * - with `redis: { sentinels, name }`, the `SentinelWatch` that follows failovers, and the `Liveness`
+ *   check that leaves a master that stopped answering (unless the application set `socketTimeout`:
+ *   then ioredis' timer is its choice).
  */
 export class OwnedConnection {
   readonly watch: SentinelWatch | undefined;
+  readonly liveness: Liveness | undefined;
   private readonly logger = new ThrottledLogger('RateLimit');
   private stopped = true;
   private reviveMs = REVIVE_FIRST_MS;
@@ -29,7 +33,12 @@ export class OwnedConnection {
     /** Connect an ended client again (false: the application's own retryStrategy decides). */
     readonly revive: boolean,
   ) {
-    this.watch = client instanceof Redis && isSentinel(client.options) ? new SentinelWatch(client, diagnostics.target) : undefined;
+    const sentinel = client instanceof Redis && isSentinel(client.options);
+    this.watch = sentinel ? new SentinelWatch(client as Redis, diagnostics.target) : undefined;
+    this.liveness =
+      sentinel && client.options.socketTimeout === undefined
+        ? new Liveness(client as Redis, (silentMs, owed) => this.silent(silentMs, owed))
+        : undefined;
     client.on('end', () => this.ended());
     client.on('ready', () => (this.reviveMs = REVIVE_FIRST_MS));
   }
@@ -37,6 +46,7 @@ export class OwnedConnection {
   start(): void {
     this.stopped = false;
     this.watch?.start();
+    this.liveness?.start();
   }
 
   /** Shutdown (or an abandoned start): nothing is connected again. */
@@ -44,11 +54,30 @@ export class OwnedConnection {
     this.stopped = true;
     clearTimeout(this.timer);
     this.watch?.stop();
+    this.liveness?.stop();
   }
 
   /** `decisions` answered by the client's current connection. */
   answered(decisions: number): void {
     this.watch?.answered(decisions);
+  }
+
+  /** A script call handed to the client: `Liveness` waits for its reply. */
+  track(call: Promise<unknown>): void {
+    const liveness = this.liveness;
+    if (liveness === undefined) return;
+    liveness.sent();
+    const settled = () => liveness.settled();
+    call.then(settled, settled);
+  }
+
+  private silent(silentMs: number, owed: string): void {
+    this.logger.warn(
+      this.diagnostics.scrub(
+        `${this.diagnostics.target}: no byte back for ${Math.round(silentMs)} ms while it owed ${owed} (the app's own stalls ` +
+          'not counted): the connection is dropped and the sentinels are asked for the master again',
+      ),
+    );
   }
 
   private ended(): void {

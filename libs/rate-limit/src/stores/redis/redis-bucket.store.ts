@@ -259,9 +259,16 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
    * body again; a NOSCRIPT means the script did not run, so no decision is taken twice.
    */
   private evaluate(args: (string | number)[]): Promise<unknown> {
-    return this.script(...args).catch((error: unknown) => {
+    return this.call(args).catch((error: unknown) => {
       if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-      return this.script(...args);
+      return this.call(args);
     });
+  }
+
+  /** One script call; a client the module created watches for its reply (`OwnedConnection.track`). */
+  private call(args: (string | number)[]): Promise<unknown> {
+    const call = this.script(...args);
+    this.connection?.track(call);
+    return call;
   }
 }

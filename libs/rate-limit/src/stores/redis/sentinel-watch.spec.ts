@@ -1,4 +1,5 @@
 import { Redis } from 'ioredis';
+import { ownedConnectionOf } from './owned-connection.js';
 import { createRedisClient } from './redis-client.js';
 import { isSentinel, SENTINEL_DEFAULTS, withSentinelDefaults } from './sentinel-watch.js';
 
@@ -7,12 +8,16 @@ const sentinels = [{ host: '127.0.0.1', port: 26379 }];
 describe('the defaults of a Sentinel client the module creates', () => {
   it('are added to { sentinels, name } where the options do not set them', () => {
     expect(withSentinelDefaults({ sentinels, name: 'main' })).toEqual({ sentinels, name: 'main', ...SENTINEL_DEFAULTS });
-    expect(SENTINEL_DEFAULTS).toEqual({ socketTimeout: 1000, sentinelCommandTimeout: 1000 });
+    expect(SENTINEL_DEFAULTS).toEqual({ sentinelCommandTimeout: 1000 });
   });
 
   it("keep the application's own values", () => {
     const own = { sentinels, name: 'main', socketTimeout: 5000, sentinelCommandTimeout: 200 };
     expect(withSentinelDefaults(own)).toEqual(own);
+    // A socketTimeout of the application's own replaces the module's liveness check.
+    const { client } = createRedisClient(own);
+    expect(ownedConnectionOf(client)?.liveness).toBeUndefined();
+    client.disconnect();
   });
 
   it('leave other options alone: a single server, or sentinels without a master name', () => {
@@ -26,7 +31,10 @@ describe('the defaults of a Sentinel client the module creates', () => {
     const { client, owned } = createRedisClient({ sentinels, name: 'main' });
     expect(owned).toBe(true);
     expect(client).toBeInstanceOf(Redis);
-    expect((client as Redis).options).toMatchObject({ socketTimeout: 1000, sentinelCommandTimeout: 1000, failoverDetector: false });
+    expect((client as Redis).options).toMatchObject({ sentinelCommandTimeout: 1000, failoverDetector: false });
+    // Not socketTimeout: a stall of the app would drop a healthy connection; `Liveness` leaves a frozen master.
+    expect((client as Redis).options.socketTimeout).toBeUndefined();
+    expect(ownedConnectionOf(client)?.liveness).toBeDefined();
     expect((client as Redis).status).toBe('wait');
     client.disconnect();
   });

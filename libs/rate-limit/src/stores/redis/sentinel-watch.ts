@@ -5,16 +5,17 @@ import { Redis, type RedisOptions } from 'ioredis';
 /**
  * What a client the module creates for `redis: { sentinels, name }` gets unless the options set it
  * (docs/guides/redis-sentinel.md):
- * - `socketTimeout: 1000`: a connection that gets no byte back for 1 s after a command is dropped and
- *   asked of the sentinels again. Without it a frozen master (SIGSTOP, a dead network path) keeps the
- *   connection open for good, long after Sentinel has promoted its replica.
  * - `sentinelCommandTimeout: 1000`: a sentinel that accepts the connection but never answers (frozen)
  *   no longer holds the lookup of the master; the next sentinel is asked.
+ * Not `socketTimeout`: a plain timer that a handler holding the event loop past it lets fire before the
+ * waiting reply is read, dropping a healthy connection. A frozen master is left by `Liveness` instead
+ * (the same 1 s without a byte back, the app's own stalls not counted), unless the options set
+ * `socketTimeout` (then it is theirs, with that caveat).
  * Not `failoverDetector`: `SentinelWatch` listens to the same `+switch-master` events, and also counts
  * and logs what the switch cost; ioredis' detector, when its disconnect meets a reconnect in progress,
  * can end the client for good.
  */
-export const SENTINEL_DEFAULTS = { socketTimeout: 1000, sentinelCommandTimeout: 1000 } as const;
+export const SENTINEL_DEFAULTS = { sentinelCommandTimeout: 1000 } as const;
 
 /** `options` with `SENTINEL_DEFAULTS` where they are not set; other options as they are. */
 export function withSentinelDefaults(options: RedisOptions): RedisOptions {
@@ -52,6 +53,10 @@ const show = (a: Address) => `${a.host}:${a.port}`;
  * master afterwards (a lookup that raced the switch) is dropped again. When the client is ready on
  * another master, one line says so, with the decisions the old master answered after the failover
  * began: Sentinel discards them when it demotes it, so their tokens come back (docs/explanation/exactness.md).
+ *
+ * When the events cannot be heard (the subscriber connections silently dead, the sentinels' messages
+ * lost), a frozen master is still left: `Liveness` drops a connection that owes a reply and reads
+ * nothing for 1 s, and ioredis asks the sentinels again, until they name another master.
  */
 export class SentinelWatch {
   private readonly logger = new Logger('RateLimit');
