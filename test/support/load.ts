@@ -9,16 +9,21 @@ export interface Answer {
   endedAt: number;
   retryAfter: string | null;
   remaining: string | null;
+  /** X-RateLimit-Limit. */
+  limit?: string | null;
   /** The response body (its first 1000 characters). */
   body?: string;
   error?: string;
 }
 
-/** Sends one GET and records how it went; never throws. */
-export async function timedGet(url: string, headers: Record<string, string> = {}): Promise<Answer> {
+/**
+ * Sends one GET and records how it went; never throws. `timeoutMs` is the client's own limit (default
+ * 5 s): past it the answer has status 0.
+ */
+export async function timedGet(url: string, headers: Record<string, string> = {}, timeoutMs = 5_000): Promise<Answer> {
   const startedAt = performance.now();
   try {
-    const response = await fetch(url, { headers, signal: AbortSignal.timeout(5_000) });
+    const response = await fetch(url, { headers, signal: AbortSignal.timeout(timeoutMs) });
     const body = (await response.text()).slice(0, 1000);
     return {
       body,
@@ -27,6 +32,7 @@ export async function timedGet(url: string, headers: Record<string, string> = {}
       endedAt: performance.now(),
       retryAfter: response.headers.get('retry-after'),
       remaining: response.headers.get('x-ratelimit-remaining'),
+      limit: response.headers.get('x-ratelimit-limit'),
     };
   } catch (error) {
     return {
@@ -35,9 +41,16 @@ export async function timedGet(url: string, headers: Record<string, string> = {}
       endedAt: performance.now(),
       retryAfter: null,
       remaining: null,
-      error: error instanceof Error ? error.message : String(error),
+      error: describeError(error),
     };
   }
+}
+
+/** An error's message, and its cause's (fetch says only "fetch failed"; the cause says why). */
+function describeError(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const cause = error.cause as { code?: string; message?: string } | undefined;
+  return cause === undefined ? `${error.name}: ${error.message}` : `${error.name}: ${error.message} (${cause.code ?? cause.message})`;
 }
 
 export interface LoadOptions {
@@ -51,6 +64,8 @@ export interface LoadOptions {
   thinkMs?: number;
   /** The load stops by itself after this long, so a failed test cannot leave it running. Default 10 s. */
   maxMs?: number;
+  /** The client's limit on each request (`timedGet`). Default 5 s. */
+  clientTimeoutMs?: number;
 }
 
 /**
@@ -60,7 +75,7 @@ export interface LoadOptions {
 export function startLoad(
   url: string,
   workers: number,
-  { headers = {}, thinkMs = 0, maxMs = 10_000 }: LoadOptions = {},
+  { headers = {}, thinkMs = 0, maxMs = 10_000, clientTimeoutMs = 5_000 }: LoadOptions = {},
 ): { stop: () => void; done: Promise<Answer[]>; answers: Answer[] } {
   const answers: Answer[] = [];
   let running = true;
@@ -68,7 +83,7 @@ export function startLoad(
   let sent = 0;
   const worker = async () => {
     while (running && performance.now() < deadline) {
-      const answer = await timedGet(url, typeof headers === 'function' ? headers(sent++) : headers);
+      const answer = await timedGet(url, typeof headers === 'function' ? headers(sent++) : headers, clientTimeoutMs);
       answers.push(answer);
       // A closed app refuses at once: do not spin.
       const pause = answer.status === 0 ? Math.max(thinkMs, 10) : thinkMs;

@@ -3,24 +3,12 @@ import request from 'supertest';
 import { BucketService, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../../support/app.js';
 import { redisUrl, tokensOf } from '../../support/redis.js';
+import { expectCountdown } from '../../support/countdown.js';
 import { redisScenario } from '../../support/scenario.js';
 import { multiPolicyAppModule } from './app.module.js';
 
 /** Tokens stored in a bucket hash right now (no refill applied); throws when the bucket does not exist. */
 const storedTokens = tokensOf;
-
-/**
- * A wait a refusal announces counts down with the refill, which runs from the first request that took
- * the bucket below its capacity: `full` seconds then, ceil(full - T) after T seconds. `since` is read
- * before that request, so T here is at least the real one: within a second (the usual run) the bound is
- * exactly `full`; a run slowed by a loaded machine may read less, never more, and never below the bound.
- */
-function expectCountdown(value: unknown, full: number, since: number): void {
-  const seconds = Number(value);
-  expect(Number.isInteger(seconds)).toBe(true);
-  expect(seconds).toBeLessThanOrEqual(full);
-  expect(seconds).toBeGreaterThanOrEqual(Math.ceil(full - (performance.now() - since) / 1000));
-}
 
 describe.each(PLATFORMS)('several policies on one route decide as one on %s', (platform) => {
   const scenario = redisScenario(`multi-policy-${platform}`);

@@ -96,8 +96,10 @@ describe.each(PLATFORMS)('the deadline measures Redis, not the app, with default
     expect((await Promise.all(decisions)).map((decision) => decision.allowed)).toEqual(Array(10).fill(true));
     expect(calls.map((call) => call.outcome)).toEqual(Array(10).fill('ok'));
     // Before the fix, all 10 counted the stall (their clocks started when they were asked for).
+    // The other 9 did not count it: each under BLOCK_MS (a few ms on a quiet machine; below BLOCK_MS / 2 was a
+    // guess at how slow a loaded one may be, a bound on speed where only the stall is in question).
     expect(calls.filter((call) => call.durationMs >= BLOCK_MS).length).toBe(1);
-    expect(calls.filter((call) => call.durationMs < BLOCK_MS / 2).length).toBe(9);
+    expect(calls.filter((call) => call.durationMs < BLOCK_MS).length).toBe(9);
   });
 
   it(`admits at most ${CAPACITY} of a cold app's first burst of 300, every one decided by Redis`, async () => {

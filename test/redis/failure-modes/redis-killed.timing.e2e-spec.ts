@@ -22,6 +22,8 @@ import {
 } from './scenario.js';
 import {
   SLACK_MS,
+  expectPreconditions,
+  expectWithinBounds,
   judgeDecisions,
   judgePairs,
   pairedBurst,
@@ -103,11 +105,6 @@ describe.each(PLATFORMS)('Redis killed under load on %s', (platform) => {
           const answers = [...load.answers, ...waveAnswers].sort((a, b) => a.startedAt - b.startedAt);
 
           expect(answers.filter((a) => a.status === 0)).toEqual([]);
-          expect(inFlightAt(answers, killAt)).toBeGreaterThanOrEqual(WAVE);
-          // Redis held unanswered decisions when it died. Not necessarily the whole wave: on a busy machine part
-          // of it reaches the app after the breaker has opened (3 timeouts of the load, ~timeoutMs after the
-          // freeze) and never goes to Redis; a third of it inside is still a wave cut off by the kill.
-          expect(insideRedis).toBeGreaterThanOrEqual(WAVE / 3);
           // One decision per limited request, none for the control route.
           expect(decisions.spans).toHaveLength(pairs.length + WAVE);
           figure(
@@ -120,9 +117,8 @@ describe.each(PLATFORMS)('Redis killed under load on %s', (platform) => {
             200: answers.filter((a) => a.endedAt < freezeAt).length,
           });
           const after = answers.filter((a) => a.startedAt >= deadAt);
-          expect(after.length).toBeGreaterThan(2 * WORKERS);
           const expected = { open: 200, closed: 503, local: 200 }[mode];
-          expect(countByStatus(after)).toEqual({ [expected]: after.length });
+          expect(after.filter((a) => a.status !== expected)).toEqual([]);
           if (mode === 'closed') expect(new Set(after.map((a) => a.retryAfter))).toEqual(new Set(['1']));
           expectOutageBurst(
             mode,
@@ -134,6 +130,18 @@ describe.each(PLATFORMS)('Redis killed under load on %s', (platform) => {
 
           const judgements = [judgeDecisions(decisions.spans, freezeAt, TIMEOUT_MS, loop), judgePairs(pairs, freezeAt, TIMEOUT_MS, loop)];
           timingFigure(`${platform}/${mode} kill run ${n + 1}`, judgements, loop);
+          expectWithinBounds(judgements);
+          // Judged above, whatever follows: what the scenario needs to have happened for the run to show
+          // anything. On a busy machine part of the wave reaches the app after the breaker has opened (3
+          // timeouts of the load, ~timeoutMs after the freeze) and never goes to Redis, and fewer requests
+          // of the load reach the app after the kill: such a run proves nothing either way, and runs again.
+          const inFlight = inFlightAt(answers, killAt);
+          expectPreconditions({
+            'requests in flight at the kill': { needed: `${WAVE} at least`, seen: inFlight, met: inFlight >= WAVE },
+            // A third of the wave inside Redis is still a wave cut off by the kill.
+            'decisions inside Redis at the kill': { needed: `${WAVE / 3} at least`, seen: insideRedis, met: insideRedis >= WAVE / 3 },
+            'requests sent after the kill': { needed: `over ${2 * WORKERS}`, seen: after.length, met: after.length > 2 * WORKERS },
+          });
           return judgements;
         } finally {
           loop.stop();

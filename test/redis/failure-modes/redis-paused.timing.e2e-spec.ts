@@ -4,7 +4,7 @@ import { Test, type TestingModule } from '@nestjs/testing';
 import type { Redis } from 'ioredis';
 import { BucketService, BucketStore, type FailureMode, RateLimitModule, type RedisBucketStore, type Verdict } from 'nest-redis-rate-limit';
 import { PLATFORMS } from '../../support/app.js';
-import { type Answer, countByStatus, sleep } from '../../support/load.js';
+import { type Answer, sleep } from '../../support/load.js';
 import { watchLoopDelay } from '../../support/loop-delay.js';
 import { commandCalls, RedisServer, testPrefix } from '../../support/redis.js';
 import { CAPACITY } from './failure.controller.js';
@@ -24,7 +24,9 @@ import {
 import {
   type Pair,
   SLACK_MS,
+  expectPreconditions,
   expectWaitsBounded,
+  expectWithinBounds,
   judgeDecisions,
   judgePairs,
   pairedBurst,
@@ -43,12 +45,14 @@ const FREEZE_MS = 700;
 /** The Redis connection the app's module created (the one its decisions go through). */
 const moduleClient = (app: INestApplication) => (app.get(BucketStore) as RedisBucketStore).client as Redis;
 
-/** Answers the failure mode gave to fresh keys: sent while Redis hung, answered before it could reply again. */
+/**
+ * Answers the failure mode gave to fresh keys: sent while Redis hung, answered before it could reply
+ * again. More than WORKERS of them is a precondition of the scenario (checked by the caller).
+ */
 function expectModeAnswers(mode: FailureMode, answers: readonly Answer[]): void {
-  expect(answers.length).toBeGreaterThan(WORKERS);
   // open allows; local allows a fresh key from a full in-process bucket; closed refuses.
   const expected = { open: 200, closed: 503, local: 200 }[mode];
-  expect(countByStatus(answers)).toEqual({ [expected]: answers.length });
+  expect(answers.filter((a) => a.status !== expected)).toEqual([]);
   if (mode === 'closed') expect(new Set(answers.map((a) => a.retryAfter))).toEqual(new Set(['1']));
 }
 
@@ -103,7 +107,6 @@ describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
           // without the probe rule every answered request would have left a command waiting in the socket.
           const bound = 2 * WORKERS + Math.ceil(FREEZE_MS / TIMEOUT_MS) + 2;
           expect(commandsSent).toBeLessThanOrEqual(bound);
-          expect(frozen.length).toBeGreaterThan(bound);
           figure(`${platform}/${mode} SIGSTOP: answers while frozen, commands sent to Redis`, `${frozen.length}, ${commandsSent}`);
 
           const judgements = [
@@ -111,6 +114,12 @@ describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
             judgePairs([...load.pairs, ...outage], stopAt, TIMEOUT_MS, loop),
           ];
           timingFigure(`${platform}/${mode} SIGSTOP run ${n + 1}`, judgements, loop);
+          expectWithinBounds(judgements);
+          // Judged above, whatever follows. On a loaded machine fewer requests reach the app while Redis
+          // is frozen: the bound on commands means something only for more answers than commands.
+          expectPreconditions({
+            'answers while frozen': { needed: `over ${bound}`, seen: frozen.length, met: frozen.length > bound },
+          });
           return judgements;
         } finally {
           loop.stop();
@@ -145,12 +154,14 @@ describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
           decisions.restore();
 
           expect(answers.filter((a) => a.status === 0)).toEqual([]);
-          expectModeAnswers(
-            mode,
-            answers.filter((a) => a.startedAt >= sentAt + 20 && a.endedAt <= wokeAt - 20),
-          );
+          const asleep = answers.filter((a) => a.startedAt >= sentAt + 20 && a.endedAt <= wokeAt - 20);
+          expectModeAnswers(mode, asleep);
           const judgements = [judgeDecisions(decisions.spans, sentAt, TIMEOUT_MS, loop), judgePairs(load.pairs, sentAt, TIMEOUT_MS, loop)];
           timingFigure(`${platform}/${mode} DEBUG SLEEP run ${n + 1}`, judgements, loop);
+          expectWithinBounds(judgements);
+          expectPreconditions({
+            'answers while Redis slept': { needed: `over ${WORKERS}`, seen: asleep.length, met: asleep.length > WORKERS },
+          });
           return judgements;
         } finally {
           loop.stop();

@@ -1,10 +1,11 @@
 import type { INestApplication } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import type { FailureMode } from 'nest-redis-rate-limit';
+import { expectCountdown } from '../../support/countdown.js';
 import { type Answer, sleep, timedGet } from '../../support/load.js';
 import { tokensOf } from '../../support/redis.js';
 import { bucketKey } from './app.module.js';
-import { CAPACITY } from './failure.controller.js';
+import { CAPACITY, REFILL_PER_SECOND } from './failure.controller.js';
 import { pairedGet } from './timing.js';
 
 /** Every failure scenario runs under each failure mode. */
@@ -88,12 +89,30 @@ export function expectOutageBurst(mode: FailureMode, answers: readonly Answer[])
     });
   } else {
     // The in-process bucket enforces the same policy: the burst, then 429 with Retry-After ceil(1 / 0.5).
-    expect(statuses).toEqual([...Array(CAPACITY).fill(200), ...Array(answers.length - CAPACITY).fill(429)]);
-    expect(answers.slice(0, CAPACITY).map((a) => a.remaining)).toEqual(
-      Array.from({ length: CAPACITY }, (_, i) => String(CAPACITY - 1 - i)),
-    );
-    expect(answers.slice(CAPACITY).map((a) => a.retryAfter)).toEqual(answers.slice(CAPACITY).map(() => '2'));
-    expect(JSON.parse(answers[CAPACITY].body ?? '')).toEqual({ statusCode: 429, message: 'Too Many Requests', retryAfter: 2 });
+    // It refills from the burst's first request (a fresh key's bucket is full until then), so a burst
+    // that took T s may admit floor(R·T) more: exactly CAPACITY when it took under 1 / R = 2 s (the usual
+    // run), and each refusal's wait counts down from that first request.
+    const burstSeconds = (answers[answers.length - 1].endedAt - answers[0].startedAt) / 1000;
+    const refilled = Math.floor(REFILL_PER_SECOND * burstSeconds);
+    const admitted = statuses.filter((s) => s === 200).length;
+    expect(statuses.slice(0, CAPACITY)).toEqual(Array(CAPACITY).fill(200));
+    expect(statuses.slice(CAPACITY).filter((s) => s !== 200 && s !== 429)).toEqual([]);
+    // With the first CAPACITY allowed and nothing but 200 or 429 after them, exact when nothing refilled.
+    expect({ admitted, burstSeconds }).toEqual({ admitted: Math.min(admitted, CAPACITY + refilled), burstSeconds });
+    answers.slice(0, CAPACITY).forEach((a, i) => {
+      const remaining = Number(a.remaining);
+      expect(remaining).toBeGreaterThanOrEqual(CAPACITY - 1 - i);
+      expect(remaining).toBeLessThanOrEqual(CAPACITY - 1 - i + refilled);
+    });
+    const refused = answers.filter((a) => a.status === 429);
+    for (const a of refused) expectCountdown(a.retryAfter, 1 / REFILL_PER_SECOND, answers[0].startedAt, a.endedAt);
+    if (refused.length > 0) {
+      expect(JSON.parse(refused[0].body ?? '')).toEqual({
+        statusCode: 429,
+        message: 'Too Many Requests',
+        retryAfter: Number(refused[0].retryAfter),
+      });
+    }
   }
 }
 
