@@ -103,7 +103,7 @@ describe('acquire() across four processes', () => {
 
   afterAll(() => build?.remove());
 
-  it('grants 200 acquires of 4 processes on B = 5, R = 100/s in 1.95-2.3 s, never over 5 + 100·t (+ lateness, +1), each at most 25 ms after its call's announced wait', async () => {
+  it('grants 200 acquires of 4 processes on B = 5, R = 100/s in 1.95-2.3 s, never over 5 + 100·t (+ lateness, +1), each at most 25 ms after its announced turn', async () => {
     const url = await redisUrl();
     let perProcess: Call[][] | undefined;
     for (let attempt = 0; attempt < 2 && perProcess === undefined; attempt++) {
