@@ -165,8 +165,11 @@ function expectedOf(
   };
 }
 
-function compareWait(lane: string, step: number, result: TakeResult, expected: { waitMs?: number }): void {
+/** A reservation's wait must be the model's, and its clock the call's (the script answers it as an integer reply). */
+function compareWait(lane: string, step: number, result: TakeResult, expected: { waitMs?: number }, now: number): void {
   if (result.waitMs !== expected.waitMs) fail('the wait of a reservation differs from the model', { lane, step, result, expected });
+  if (expected.waitMs !== undefined && result.nowMs !== Math.trunc(now) && result.nowMs !== now)
+    fail("a reservation's now is not the call's", { lane, step, result, now });
 }
 
 class MemoryLane implements Lane {
@@ -183,7 +186,7 @@ class MemoryLane implements Lane {
     );
     const expected = expectedOf(this.model, requests, mode, now, reserve);
     compareResult(this.name, step, result, expected, requests);
-    compareWait(this.name, step, result, expected);
+    compareWait(this.name, step, result, expected, now);
     for (const request of requests) this.compareState(request.key, step);
     return result;
   }
@@ -263,7 +266,7 @@ class RedisLane implements Lane {
     const result = reserve ? await this.store.take(requests, { now, reserve }) : await this.decide(requests, mode, now, step);
     const expected = expectedOf(this.model, requests, mode, now, reserve);
     compareResult(this.name, step, result, expected, requests);
-    compareWait(this.name, step, result, expected);
+    compareWait(this.name, step, result, expected, now);
     // The state as written: fields, the TTL this call set, then an hour of real TTL for keys that have one.
     const multi = this.client.multi();
     for (const { key } of requests) multi.hgetall(key).pttl(key).pexpire(key, REAL_TTL_MS, 'GT');

@@ -16,6 +16,12 @@ export interface AcquireDecision extends BucketDecision {
    * tokens were there; also 0 when `failureMode: 'open'` let the call through).
    */
   scheduledWaitMs: number;
+  /**
+   * When the caller's turn came by the clock of the store that decided (ms since the epoch; Redis TIME
+   * for the Redis store): its time of the decision plus `scheduledWaitMs`. Absent when the store does not
+   * tell (a store of your own) or nothing was reserved (`failureMode: 'open'`).
+   */
+  turnAt?: number;
 }
 
 /** One call waiting for its turn. */
@@ -87,6 +93,7 @@ export class WaitingRoom {
       const decision = toDecision(request, reservation.tokens, request.cost, true) as AcquireDecision;
       decision.waitedMs = performance.now() - started;
       decision.scheduledWaitMs = reservation.waitMs;
+      if (reservation.turnAt !== undefined) decision.turnAt = reservation.turnAt;
       return decision;
     } finally {
       this.calls--;

@@ -132,7 +132,8 @@ export class DecisionEngine {
         );
       }
       if (this.breakers.open.size > 0) this.breakers.recovered(requests);
-      return { source: 'store', allowed: result.allowed, tokens: result.tokens[0], waitMs: result.waitMs };
+      const turnAt = typeof result.nowMs === 'number' ? result.nowMs + result.waitMs : undefined;
+      return { source: 'store', allowed: result.allowed, tokens: result.tokens[0], waitMs: result.waitMs, turnAt };
     } catch (error) {
       if (error instanceof RateLimitTimeoutError && pending !== undefined) {
         pending.then(

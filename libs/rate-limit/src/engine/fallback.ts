@@ -13,6 +13,8 @@ export interface Reservation {
   tokens: number;
   /** ms from the answer until the caller's turn (when refused: the wait it would have had). */
   waitMs: number;
+  /** The turn by the clock of the store that decided (its now + `waitMs`), when it tells. */
+  turnAt?: number;
 }
 
 /** What a request gets while the store fails, per `failureMode`, for the log. */
@@ -58,8 +60,8 @@ export class Fallback {
   reserve(request: BucketRequest, reserve: ReserveOptions, mode: FailureMode): Reservation {
     this.degraded++;
     if (mode === 'local') {
-      const { allowed, tokens, waitMs } = this.local.takeSync([request], { reserve });
-      return { source: 'local', allowed, tokens: tokens[0], waitMs: waitMs ?? 0 };
+      const { allowed, tokens, waitMs = 0, nowMs } = this.local.takeSync([request], { reserve });
+      return { source: 'local', allowed, tokens: tokens[0], waitMs, turnAt: nowMs === undefined ? undefined : nowMs + waitMs };
     }
     const allowed = mode === 'open';
     return { source: mode, allowed, tokens: allowed ? request.capacity - request.cost : 0, waitMs: 0 };

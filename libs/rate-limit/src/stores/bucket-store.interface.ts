@@ -8,6 +8,11 @@ export interface TakeResult {
   tokens: number[];
   /** A reservation's answer (`TakeOptions.reserve`): ms from the store's now until its turn (also when refused). */
   waitMs?: number;
+  /**
+   * A reservation's answer, optional: the store's clock (ms since the epoch) when it decided, so that the
+   * caller's turn is `nowMs + waitMs` by that clock (the Redis store answers Redis TIME).
+   */
+  nowMs?: number;
 }
 
 /** A reservation (`BucketService.acquire()`): see rule 9 of `BucketStore`. */

@@ -167,7 +167,7 @@ export class MemoryBucketStore implements BucketStore {
     let waitMs = reserveWaitMs(tokens, request.cost, request.refillPerSecond);
     if (running !== undefined && running - now > waitMs) waitMs = Math.ceil(running - now);
     const allowed = waitMs <= reserve.maxWaitMs;
-    if (!allowed && state === stored) return { allowed, tokens: [tokens], waitMs };
+    if (!allowed && state === stored) return { allowed, tokens: [tokens], waitMs, nowMs: now };
     if (allowed) tokens -= request.cost;
     const ts = nextTimestamp(state, now);
     const bucket: StoredBucket = {
@@ -184,7 +184,7 @@ export class MemoryBucketStore implements BucketStore {
     if (allowed && tokens < 0 && !(w !== undefined && w >= reserve.boundMs)) bucket.w = reserve.boundMs;
     else if (w !== undefined) bucket.w = w;
     this.write(request.key, bucket, now);
-    return { allowed, tokens: [tokens], waitMs };
+    return { allowed, tokens: [tokens], waitMs, nowMs: now };
   }
 
   delete(keys: readonly string[]): Promise<void> {

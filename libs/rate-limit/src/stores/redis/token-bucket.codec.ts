@@ -78,14 +78,18 @@ export function reserveArguments(request: BucketRequest, reserve: ReserveOptions
   return args;
 }
 
-/** A reservation's reply: its bucket's code, then the wait in ms. */
+/** A reservation's reply: its bucket's code, the wait in ms, and Redis' now in ms. */
 export function decodeReserve(reply: unknown): TakeResult {
-  if (!Array.isArray(reply) || reply.length !== 2)
-    throw new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', `token-bucket script: expected [code, wait], got ${JSON.stringify(reply)}`);
-  const [code, waitMs] = reply as unknown[];
+  if (!Array.isArray(reply) || reply.length !== 3)
+    throw new RateLimitError(
+      'ERR_RATE_LIMIT_STORE_CONTRACT',
+      `token-bucket script: expected [code, wait, now], got ${JSON.stringify(reply)}`,
+    );
+  const [code, waitMs, nowMs] = reply as unknown[];
   if (typeof code !== 'number' || !Number.isSafeInteger(code)) throw badCode(code);
   if (typeof waitMs !== 'number' || !Number.isSafeInteger(waitMs) || waitMs < 0) throw badCode(waitMs);
-  return { allowed: code % 2 !== 0, tokens: [decodeTokens(code)], waitMs };
+  if (typeof nowMs !== 'number' || !Number.isSafeInteger(nowMs)) throw badCode(nowMs);
+  return { allowed: code % 2 !== 0, tokens: [decodeTokens(code)], waitMs, nowMs };
 }
 
 export function decodeOne(reply: unknown): ScriptResult {

@@ -24,7 +24,8 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../token-
  *                  each bucket, then with a penalty the whole ms it still runs after now, per bucket
  *                  (0: none); a decision whose arguments are refused is one error string instead.
  *                  A reservation: its bucket's code, then the wait in ms until its turn (also when
- *                  refused: the wait it would have had).
+ *                  refused: the wait it would have had), then now (ms, the clock it decided by): the
+ *                  turn is now + wait by Redis' clock.
  * Code             ((m * 128) + e + 64) * 2 + allowed: the bucket's tokens after the decision as a float
  *                  with a 45-bit signed mantissa m = floor(tokens * 2^(45 - e)) and the binary exponent
  *                  e of the tokens (frexp; at least -60, so tokens below 2^-61 come out as 0 or a
@@ -409,6 +410,8 @@ for _ = 1, decisions do
       reply[r] = code(t, allowed)
       r = r + 1
       reply[r] = wait
+      r = r + 1
+      reply[r] = now
     end
   elseif n == 1 then
     -- One bucket: the same steps as below, in locals (no tables per decision).
