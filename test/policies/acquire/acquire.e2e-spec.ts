@@ -46,6 +46,23 @@ describe('BucketService.acquire() against Redis', () => {
     expect(decision.waitedMs).toBeLessThan(100);
   });
 
+  it("tells each turn on Redis' clock: Redis' time of the decision + the wait", async () => {
+    const policy = { capacity: 1, refillPerSecond: 20 };
+    const [seconds, micros] = await scenario.client.time();
+    const before = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+    const [first, second] = await Promise.all([buckets.acquire('turns', policy), buckets.acquire('turns', policy)]);
+    const [seconds2, micros2] = await scenario.client.time();
+    const after = Number(seconds2) * 1000 + Math.floor(Number(micros2) / 1000);
+    // The first had its token: its turn is the decision, between the two TIME readings.
+    expect(first.scheduledWaitMs).toBe(0);
+    expect(first.turnAt).toBeGreaterThanOrEqual(before);
+    expect(first.turnAt).toBeLessThanOrEqual(after);
+    // The second waited for the next token, 50 ms after the first (the script's whole ms: up to 1 less).
+    expect(second.turnAt! - first.turnAt!).toBeGreaterThanOrEqual(49);
+    expect(second.turnAt! - first.turnAt!).toBeLessThanOrEqual(50);
+    expect(second.turnAt! - second.scheduledWaitMs).toBeGreaterThanOrEqual(first.turnAt!);
+  });
+
   it('rejects at once when the wait would exceed maxWaitMs, with the wait it needed, and reserves nothing', async () => {
     await buckets.acquire('too-long', SLOW, { cost: 2 });
     const before = await scenario.client.hgetall(`${prefix}{too-long}`);
