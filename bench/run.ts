@@ -3,6 +3,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, totalmem, type } from 'node:os';
 import { basename, join, relative, resolve } from 'node:path';
 import { Redis } from 'ioredis';
+import { acquirePlannedSeconds, acquireStep, renderAcquire } from './acquire-step.js';
 import { renderChart } from './chart.js';
 import { decisionsPlannedSeconds, decisionsStep } from './decisions-step.js';
 import { httpPlannedSeconds, httpStep } from './http-step.js';
@@ -37,6 +38,9 @@ import { targets } from './targets.js';
  * instructions-step.ts); not in the default run (5-7 minutes on 2 shared cores). Run alone it writes <date>-instructions.{json,md}
  * (BENCH_OUT=<name>: <name>-instructions.*). BENCH_LIBRARY_DIR=<built package> measures another build
  * of the library (bench/compare-instructions.ts).
+ * BENCH_ONLY=acquire: 4 processes waiting for grants from one bucket, ours (BucketService.acquire()) beside
+ * rate-limiter-flexible's RateLimiterQueue (see acquire-step.ts); not in the default run. Run alone it writes
+ * <date>-acquire.{json,md} (BENCH_OUT=<name>: <name>-acquire.*).
  * BENCH_PROFILE=<variant> starts that HTTP variant with --cpu-prof (profiles in .bench-tmp/profiles).
  */
 
@@ -46,9 +50,9 @@ const RUN_PREFIX = `rl-bench:${randomUUID().slice(0, 8)}:`;
 const ONLY = new Set((process.env.BENCH_ONLY ?? 'http,decisions,promise').split(',').map((s) => s.trim()));
 /** The steps of the default run; 'instructions' and 'starved' run only when BENCH_ONLY names them, and write files of their own. */
 const MAIN_STEPS = ['http', 'decisions', 'promise'];
-const UNKNOWN_STEP = [...ONLY].find((step) => ![...MAIN_STEPS, 'instructions', 'starved'].includes(step));
+const UNKNOWN_STEP = [...ONLY].find((step) => ![...MAIN_STEPS, 'instructions', 'starved', 'acquire'].includes(step));
 if (UNKNOWN_STEP !== undefined)
-  throw new Error(`BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, instructions, starved)`);
+  throw new Error(`BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, instructions, starved, acquire)`);
 const EXTERNAL_REDIS = process.env.BENCH_REDIS_URL;
 
 let ownRedis: OwnRedis | undefined;
@@ -83,6 +87,7 @@ function plan(): number {
   if (ONLY.has('promise')) seconds += promisePlannedSeconds();
   if (ONLY.has('instructions')) seconds += instructionsPlannedSeconds();
   if (ONLY.has('starved')) seconds += starvedPlannedSeconds();
+  if (ONLY.has('acquire')) seconds += acquirePlannedSeconds();
   return seconds;
 }
 
@@ -140,6 +145,7 @@ async function main(): Promise<void> {
       `steps: ${[...ONLY].join(', ')}; estimated ${estimate} (set BENCH_ROUNDS, BENCH_SECONDS, ... to change; see bench/settings.ts)`,
   );
   const cpu = cpus();
+  let acquire: Awaited<ReturnType<typeof acquireStep>> | undefined;
   const results: BenchResults = {
     schema: 2,
     date: new Date().toISOString().slice(0, 10),
@@ -178,6 +184,7 @@ async function main(): Promise<void> {
     }
     if (ONLY.has('decisions')) results.decisions = await decisionsStep(redis, RUN_PREFIX, ownRedis === undefined);
     if (ONLY.has('promise')) results.promise = await promiseStep(RUN_PREFIX);
+    if (ONLY.has('acquire')) acquire = await acquireStep(redis, RUN_PREFIX);
     // After the load steps, which its valgrind processes would disturb.
     if (ONLY.has('instructions')) results.instructions = await instructionsStep(RUN_PREFIX, ROOT);
     // Last: its busy loops must not disturb the other steps.
@@ -192,6 +199,16 @@ async function main(): Promise<void> {
   results.machine.loadAverageAtEnd = loadavg().map((n) => round(n, 2));
   results.durationSeconds = round((Date.now() - startedAt) / 1000, 1);
   mkdirSync(RESULTS_DIR, { recursive: true });
+  if (acquire) {
+    const acquireBase = join(RESULTS_DIR, `${process.env.BENCH_OUT ?? results.date}-acquire`);
+    writeFileSync(`${acquireBase}.json`, `${JSON.stringify({ machine: results.machine, ...acquire }, null, 2)}\n`);
+    const markdown = `${renderAcquire(acquire, '#')}\nMachine: ${results.machine.cpu} × ${results.machine.cores}, ${results.machine.os}, Node ${results.machine.node}, Redis ${results.machine.redis} (${results.machine.redisServer}), load average ${results.machine.loadAverageAtStart.join(' ')} at the start. ${results.machine.note}\n`;
+    writeFileSync(`${acquireBase}.md`, markdown);
+    console.log('');
+    console.log(markdown);
+    console.log(`wrote ${relative(ROOT, acquireBase)}.{json,md}`);
+    if (!MAIN_STEPS.some((step) => ONLY.has(step)) && !results.instructions && !results.starved) return;
+  }
   if (results.instructions) {
     const instructionsBase = join(RESULTS_DIR, `${process.env.BENCH_OUT ?? results.date}-instructions`);
     const instructions = { machine: results.machine, ...results.instructions };

@@ -185,3 +185,17 @@ export const STARVED = {
   /** The library's default timeoutMs: what a probe reply later than this would have cost a decision. */
   defaultTimeoutMs: 100,
 };
+
+/**
+ * The acquire step (issue 23): `processes` processes all wanting as many grants as they can from one
+ * bucket (B = capacity, R = refillPerSecond), `inFlight` waiting callers each, for `seconds`; ours
+ * (BucketService.acquire()) and rate-limiter-flexible's RateLimiterQueue over RateLimiterRedis (R
+ * points per 1 s window) one after the other. Not in the default run: BENCH_ONLY=acquire.
+ */
+export const ACQUIRE = {
+  processes: numberFromEnv('BENCH_ACQUIRE_PROCESSES', 4),
+  inFlight: numberFromEnv('BENCH_ACQUIRE_IN_FLIGHT', 32),
+  seconds: numberFromEnv('BENCH_ACQUIRE_SECONDS', 5),
+  capacity: numberFromEnv('BENCH_ACQUIRE_CAPACITY', 10),
+  refillPerSecond: numberFromEnv('BENCH_ACQUIRE_REFILL', 200),
+};

@@ -11,6 +11,9 @@ import { MetricsController } from './metrics.controller.js';
 import { PlanController } from './plan.controller.js';
 import { DemoUserGuard, DemoUsers, PlanLimits } from './plans.js';
 import { EchoGateway } from './echo.gateway.js';
+import { FakePartner } from './fake-partner.js';
+import { PartnerClient } from './partner.client.js';
+import { PartnerController } from './partner.controller.js';
 import { QuotaController } from './quota.controller.js';
 import { QUOTES_SCHEMA, QuotesResolver } from './quotes.resolver.js';
 import { gatewayRateLimitOptions } from './redis-probe.js';
@@ -39,7 +42,7 @@ import { gatewayRateLimitOptions } from './redis-probe.js';
       }),
     }),
   ],
-  controllers: [HelloController, AuthController, PlanController, QuotaController, HealthController, MetricsController],
-  providers: [DemoUsers, DemoUserGuard, PlanLimits, QuotesResolver, EchoGateway],
+  controllers: [HelloController, AuthController, PlanController, QuotaController, HealthController, MetricsController, PartnerController],
+  providers: [DemoUsers, DemoUserGuard, PlanLimits, QuotesResolver, EchoGateway, FakePartner, PartnerClient],
 })
 export class AppModule {}

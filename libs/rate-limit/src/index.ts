@@ -3,6 +3,7 @@ export { RATE_LIMIT_OPTIONS, type RateLimitModuleAsyncOptions, type RateLimitOpt
 export type {
   FailureMode,
   RateLimitAllowList,
+  RateLimitAcquireOptions,
   RateLimitKeyOptions,
   RateLimitModuleOptions,
   ResolvedRateLimitOptions,
@@ -27,6 +28,9 @@ export type { DecisionOutcome, RateLimitDecisionEvent } from './events/rate-limi
 export { RateLimit } from './decorators/rate-limit.decorator.js';
 export { SkipRateLimit } from './decorators/skip-rate-limit.decorator.js';
 export { BucketService, type BucketEntry } from './bucket/bucket.service.js';
+export type { AcquireOptions } from './bucket/acquire-options.js';
+export type { AcquireDecision } from './bucket/waiting-room.js';
+export { Paced, type PacedOptions } from './decorators/paced.decorator.js';
 export { RateLimitGuard } from './guards/rate-limit.guard.js';
 export { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
 export type { RateLimitState } from './pipeline/request-state.js';
@@ -40,10 +44,16 @@ export {
   type RateLimitedExtensions,
   type RateLimitedPayload,
 } from './rate-limit.exception.js';
-export { RateLimitConfigError, RateLimitError, RateLimitTimeoutError, RateLimitUnavailableError } from './errors/rate-limit.errors.js';
+export {
+  RateLimitConfigError,
+  RateLimitError,
+  RateLimitTimeoutError,
+  RateLimitUnavailableError,
+  RateLimitWaitTooLongError,
+} from './errors/rate-limit.errors.js';
 export { RATE_LIMIT_ERROR_CODES, type RateLimitErrorCode } from './errors/error-codes.js';
 export { RateLimitedEventDropped } from './pipeline/refusals.js';
-export { BucketStore, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';
+export { BucketStore, type ReserveOptions, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';
 export type { BucketRequest, PenaltyReport } from './stores/token-bucket.js';
 export { MemoryBucketStore, type MemoryBucketStoreOptions } from './stores/memory/memory-bucket.store.js';
 export { RedisBucketStore } from './stores/redis/redis-bucket.store.js';

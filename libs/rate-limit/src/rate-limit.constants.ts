@@ -14,6 +14,10 @@ export const RATE_LIMIT_VERDICT = Symbol('RATE_LIMIT:VERDICT');
 
 export const DEFAULT_KEY_PREFIX = 'rl:';
 export const DEFAULT_TIMEOUT_MS = 100;
+/** The default of `acquire.maxWaitMs`: the longest wait of `BucketService.acquire()` and `@Paced`. */
+export const DEFAULT_ACQUIRE_MAX_WAIT_MS = 60_000;
+/** The default of `acquire.maxWaiting`: calls of `acquire()` waiting at once in one process. */
+export const DEFAULT_ACQUIRE_MAX_WAITING = 10_000;
 /** How long a `RateLimitResolver`'s answer for one identity is reused, in ms. */
 export const DEFAULT_RESOLVER_CACHE_MS = 1_000;
 /** Identities whose resolved limits one instance remembers at most. */

@@ -1,6 +1,19 @@
-import { DEFAULT_API_KEY_HEADER, DEFAULT_KEY_PREFIX, DEFAULT_RESOLVER_CACHE_MS, DEFAULT_TIMEOUT_MS } from './rate-limit.constants.js';
+import {
+  DEFAULT_ACQUIRE_MAX_WAIT_MS,
+  DEFAULT_ACQUIRE_MAX_WAITING,
+  DEFAULT_API_KEY_HEADER,
+  DEFAULT_KEY_PREFIX,
+  DEFAULT_RESOLVER_CACHE_MS,
+  DEFAULT_TIMEOUT_MS,
+} from './rate-limit.constants.js';
 import { isIP } from 'node:net';
-import type { RateLimitAllowList, RateLimitKeyOptions, RateLimitModuleOptions, ResolvedRateLimitOptions } from './rate-limit.options.js';
+import type {
+  RateLimitAcquireOptions,
+  RateLimitAllowList,
+  RateLimitKeyOptions,
+  RateLimitModuleOptions,
+  ResolvedRateLimitOptions,
+} from './rate-limit.options.js';
 import { isStoreObject, missingStoreMembers } from './stores/custom-bucket.store.js';
 import { DEFAULT_MAX_LOCAL_BUCKETS } from './stores/memory/memory-bucket.store.js';
 import { checkRedisOption, undefinedRedisOption } from './stores/redis/redis-options.validation.js';
@@ -40,9 +53,11 @@ const MODULE_KEYS = keysOf<keyof RateLimitModuleOptions>({
   maxLocalBuckets: true,
   metrics: true,
   startupCheck: true,
+  acquire: true,
 });
 const KEY_OPTION_KEYS = keysOf<keyof RateLimitKeyOptions>({ apiKeyHeader: true, user: true, apiKey: true, secret: true });
 const ALLOW_LIST_KEYS = keysOf<keyof RateLimitAllowList>({ ips: true, users: true, apiKeys: true });
+const ACQUIRE_KEYS = keysOf<keyof RateLimitAcquireOptions>({ maxWaitMs: true, maxWaiting: true });
 
 /** Refuses a key the module does not read: it would be ignored, and the default would stay in force. */
 function assertKnownKeys(options: RateLimitModuleOptions): void {
@@ -55,7 +70,8 @@ function assertKnownKeys(options: RateLimitModuleOptions): void {
   const unknown =
     unknownKeyOf(options, MODULE_KEYS, 'the options') ??
     unknownKeyOf(options.keys, KEY_OPTION_KEYS, 'keys') ??
-    unknownKeyOf(options.allowList, ALLOW_LIST_KEYS, 'allowList');
+    unknownKeyOf(options.allowList, ALLOW_LIST_KEYS, 'allowList') ??
+    unknownKeyOf(options.acquire, ACQUIRE_KEYS, 'acquire');
   if (unknown !== undefined) throw new RateLimitConfigError('ERR_RATE_LIMIT_UNKNOWN_OPTION', `RateLimitModule: ${unknown}`);
 }
 
@@ -175,6 +191,15 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     );
   }
   const store = resolveStore(options);
+  const acquire = options.acquire ?? {};
+  if (typeof acquire !== 'object' || acquire === null) {
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_INVALID_OPTION',
+      `RateLimitModule: acquire must be { maxWaitMs?, maxWaiting? } (got ${JSON.stringify(acquire)})`,
+    );
+  }
+  const acquireMaxWaitMs = wholeNumber('acquire.maxWaitMs', acquire.maxWaitMs ?? DEFAULT_ACQUIRE_MAX_WAIT_MS, 0, MAX_TIMEOUT_MS);
+  const acquireMaxWaiting = wholeNumber('acquire.maxWaiting', acquire.maxWaiting ?? DEFAULT_ACQUIRE_MAX_WAITING, 1, MAX_LOCAL_BUCKETS);
   return {
     redis: resolveRedis(options, store),
     store,
@@ -199,7 +224,18 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     maxLocalBuckets,
     metrics: resolveMetrics(options.metrics),
     startupCheck: oneOf('startupCheck', options.startupCheck, STARTUP_CHECKS, 'default'),
+    acquireMaxWaitMs,
+    acquireMaxWaiting,
   };
+}
+
+/** An integer option from `min` to `max`, or a configuration error naming it. */
+function wholeNumber(name: string, value: unknown, min: number, max: number): number {
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= min && value <= max) return value;
+  throw new RateLimitConfigError(
+    'ERR_RATE_LIMIT_INVALID_OPTION',
+    `RateLimitModule: ${name} must be an integer from ${min} to ${max} (got ${JSON.stringify(value)})`,
+  );
 }
 
 /** Checks `store`: 'redis', 'memory', or an object with a BucketStore's members (named when missing). */

@@ -99,6 +99,20 @@ export interface RateLimitModuleOptions {
    * Default `'default'`.
    */
   startupCheck?: StartupCheck;
+  /** `BucketService.acquire()` and `@Paced`: how long a call may wait for its tokens, and how many may wait. */
+  acquire?: RateLimitAcquireOptions;
+}
+
+/** Options of waiting for tokens (`BucketService.acquire()`, `@Paced`). */
+export interface RateLimitAcquireOptions {
+  /**
+   * The longest wait of any call, in ms, and the default of a call's own `maxWaitMs` (which may only be
+   * shorter). It also bounds how far below 0 reservations may take a bucket: tokens further below are
+   * treated as damage and repaired. Give every instance that shares buckets the same value. Default 60,000.
+   */
+  maxWaitMs?: number;
+  /** Calls waiting at once in this process (each holds a timer and its reservation); one more is refused. Default 10,000. */
+  maxWaiting?: number;
 }
 
 /** Callers that are never limited (health checkers, internal services). */
@@ -136,6 +150,10 @@ export interface ResolvedRateLimitOptions {
   maxLocalBuckets: number;
   metrics: ResolvedMetricsOption;
   startupCheck: StartupCheck;
+  /** `acquire.maxWaitMs`. */
+  acquireMaxWaitMs: number;
+  /** `acquire.maxWaiting`. */
+  acquireMaxWaiting: number;
 }
 
 /** How the metrics find their MeterProvider: not at all, the global one at application bootstrap, or the one given. */

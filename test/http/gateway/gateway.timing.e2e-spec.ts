@@ -1,10 +1,13 @@
 import { createHash } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import type { INestApplication } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import request from 'supertest';
 import WebSocket from 'ws';
 import { WsAdapter } from '@nestjs/platform-ws';
+import { BucketService } from 'nest-redis-rate-limit';
 import { AppModule } from '../../../apps/gateway/src/app.module.js';
+import { FakePartner } from '../../../apps/gateway/src/fake-partner.js';
 import { startMetrics } from '../../../apps/gateway/src/metrics.js';
 import { createApp, PLATFORMS } from '../../support/app.js';
 import { timedGet } from '../../support/load.js';
@@ -229,6 +232,49 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     const refused = (await http().post('/accounts/7/exports').expect(201)).body;
     expect(refused.started).toBe(false);
     expect(refused.retryAfterSeconds).toBeGreaterThan(590);
+  });
+
+  // The partner client (apps/gateway/src/partner.client.ts): GET /api/partner calls the fake partner
+  // through a method with @Paced({ capacity: 5, refillPerSecond: 5, maxWaitMs: 3000 }).
+  it('GET /api/partner: 12 concurrent requests reach the partner never more than 5 + 5·t + 1 in any window, the last after 1.4 s', async () => {
+    const partner = app.get(FakePartner);
+    const before = partner.arrivals.length;
+    const started = performance.now();
+    const responses = await Promise.all(Array.from({ length: 12 }, () => http().get('/api/partner')));
+    expect(responses.map((r) => r.status)).toEqual(Array(12).fill(200));
+    const arrivals = partner.arrivals.slice(before);
+    expect(arrivals).toHaveLength(12);
+    // Every window [arrivals[i], arrivals[j]]: j - i + 1 calls in t = its length; +1 for a timer's ms.
+    for (let i = 0; i < arrivals.length; i++) {
+      for (let j = i; j < arrivals.length; j++) expect(j - i + 1).toBeLessThanOrEqual(5 + (5 * (arrivals[j] - arrivals[i])) / 1000 + 1);
+    }
+    // Paced, not just spread: the 7 calls beyond the burst of 5 come at 5/s, the last 1.4 s after the first turn.
+    expect(arrivals[11] - started).toBeGreaterThanOrEqual(1400 - 2);
+    expect(arrivals[11] - started).toBeLessThan(1400 + 600);
+  });
+
+  it('GET /api/partner answers 503 with Retry-After at once, without calling the partner, when its turn is over 3 s away', async () => {
+    const partner = app.get(FakePartner);
+    const before = partner.arrivals.length;
+    // Others hold 4 s of the partner's pace (20 tokens at 5/s); aborted, they give it back.
+    const others = new AbortController();
+    const policy = { capacity: 5, refillPerSecond: 5 };
+    const held = Array.from({ length: 4 }, () =>
+      app
+        .get(BucketService)
+        .acquire('partner-api', policy, { cost: 5, signal: others.signal })
+        .catch((error: Error) => error),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const started = performance.now();
+    const response = await http().get('/api/partner');
+    expect(performance.now() - started).toBeLessThan(500);
+    others.abort();
+    // Those still waiting were aborted (the first may have gone ahead had the bucket refilled meanwhile).
+    expect((await Promise.all(held)).filter((r) => r instanceof Error && r.name === 'AbortError').length).toBeGreaterThanOrEqual(3);
+    expect(response.status).toBe(503);
+    expect(Number(response.headers['retry-after'])).toBeGreaterThanOrEqual(4);
+    expect(partner.arrivals.length).toBe(before);
   });
 });
 

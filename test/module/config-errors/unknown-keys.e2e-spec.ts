@@ -46,7 +46,7 @@ describe('an unknown key in the module options stops the start while the module 
       message:
         'RateLimitModule: unknown key "ttl" in the options (known keys: redis, store, keyPrefix, failureMode, timeoutMs, ' +
         'legacyHeaders, standardHeaders, keys, defaults, denyCache, coalesce, guard, enforce, skipIf, allowList, onDecision, ' +
-        'resolverCacheMs, maxLocalBuckets, metrics, startupCheck)',
+        'resolverCacheMs, maxLocalBuckets, metrics, startupCheck, acquire)',
     });
   });
 

@@ -20,6 +20,8 @@ import {
   fail,
   KEYS,
   MAX_NOW,
+  reservationBound,
+  reservationWait,
   resolveCost,
   type Scenario,
   scenarioArb,
@@ -122,15 +124,52 @@ interface StoredBucket {
   ts?: number | string;
   expiresAt?: number;
   blockedUntil?: number | string;
+  w?: number | string;
 }
 
 interface Lane {
   readonly name: string;
   readonly model: BucketModel;
   /** Runs one call, compares it with the model; answers the implementation's result. */
-  call(requests: ModelRequest[], mode: ModelMode, now: number, step: number): Promise<TakeResult & PenaltyReport>;
+  call(requests: ModelRequest[], mode: ModelMode, now: number, step: number, reserve?: Reserve): Promise<TakeResult & PenaltyReport>;
   reset(key: string): Promise<void>;
-  corrupt(key: string, fields: Record<'tokens' | 'ts' | 'b', Written | undefined>, now: number, policy: ModelPolicy): Promise<void>;
+  corrupt(key: string, fields: Record<Field, Written | undefined>, now: number, policy: ModelPolicy): Promise<void>;
+}
+
+type Field = 'tokens' | 'ts' | 'b' | 'w';
+const FIELDS = ['b', 'tokens', 'ts', 'w'] as const;
+
+/** A reservation's numbers (acquire): the call's longest wait and the longest wait of any call, in ms. */
+interface Reserve {
+  maxWaitMs: number;
+  boundMs: number;
+}
+
+/** The model's answer to a call: a decision, or a reservation (whose wait must match exactly). */
+function expectedOf(
+  model: BucketModel,
+  requests: ModelRequest[],
+  mode: ModelMode,
+  now: number,
+  reserve: Reserve | undefined,
+): ModelOutcome & { waitMs?: number } {
+  if (reserve === undefined) return model.decide(requests, mode, now);
+  const r = model.reserve(requests[0], reserve.maxWaitMs, reserve.boundMs, now);
+  return {
+    allowed: r.allowed,
+    tokens: [r.tokens],
+    ttlSet: [r.ttlSet],
+    written: [r.ttlSet !== undefined],
+    running: [false],
+    waitMs: r.waitMs,
+  };
+}
+
+/** A reservation's wait must be the model's, and its clock the call's (the script answers it as an integer reply). */
+function compareWait(lane: string, step: number, result: TakeResult, expected: { waitMs?: number }, now: number): void {
+  if (result.waitMs !== expected.waitMs) fail('the wait of a reservation differs from the model', { lane, step, result, expected });
+  if (expected.waitMs !== undefined && result.nowMs !== Math.trunc(now) && result.nowMs !== now)
+    fail("a reservation's now is not the call's", { lane, step, result, now });
 }
 
 class MemoryLane implements Lane {
@@ -140,10 +179,14 @@ class MemoryLane implements Lane {
   /** The store's own map: the test writes damage into it as it would into a Redis hash. */
   private readonly buckets = (this.store as unknown as { buckets: Map<string, StoredBucket> }).buckets;
 
-  async call(requests: ModelRequest[], mode: ModelMode, now: number, step: number): Promise<TakeResult & PenaltyReport> {
-    const result = await this.store.take(requests, { now, dryRun: mode === 'peek', refund: mode === 'refund' });
-    const expected = this.model.decide(requests, mode, now);
+  async call(requests: ModelRequest[], mode: ModelMode, now: number, step: number, reserve?: Reserve): Promise<TakeResult & PenaltyReport> {
+    const result = await this.store.take(
+      requests,
+      reserve ? { now, reserve } : { now, dryRun: mode === 'peek', refund: mode === 'refund' },
+    );
+    const expected = expectedOf(this.model, requests, mode, now, reserve);
     compareResult(this.name, step, result, expected, requests);
+    compareWait(this.name, step, result, expected, now);
     for (const request of requests) this.compareState(request.key, step);
     return result;
   }
@@ -153,7 +196,7 @@ class MemoryLane implements Lane {
     this.model.delete(key);
   }
 
-  async corrupt(key: string, fields: Record<'tokens' | 'ts' | 'b', Written | undefined>, now: number, policy: ModelPolicy): Promise<void> {
+  async corrupt(key: string, fields: Record<Field, Written | undefined>, now: number, policy: ModelPolicy): Promise<void> {
     // A bucket the store holds always has an expiry; one created by hand gets the idle TTL.
     const expiresAt = now + modelTtlMs(policy, 0);
     if (this.model.expired(key, now)) this.buckets.delete(key);
@@ -162,6 +205,7 @@ class MemoryLane implements Lane {
     if (fields.tokens) bucket.tokens = fields.tokens.memory;
     if (fields.ts) bucket.ts = fields.ts.memory;
     if (fields.b) bucket.blockedUntil = fields.b.memory;
+    if (fields.w) bucket.w = fields.w.memory;
     this.buckets.set(key, bucket);
   }
 
@@ -177,14 +221,15 @@ class MemoryLane implements Lane {
       sameField(storedNumber(stored.tokens), expected.tokens) &&
       sameField(storedNumber(stored.ts), expected.ts) &&
       sameField(storedNumber(stored.blockedUntil), expected.b) &&
+      sameField(storedNumber(stored.w), expected.w) &&
       (expected.expiresAt === undefined || Math.abs((stored.expiresAt ?? NaN) - expected.expiresAt) <= 1);
     if (!same) fail('stored bucket differs from the model', detail);
   }
 }
 
-function pick(fields: Record<'tokens' | 'ts' | 'b', Written | undefined>, side: 'model'): Partial<Pick<ModelEntry, 'tokens' | 'ts' | 'b'>> {
-  const out: Partial<Pick<ModelEntry, 'tokens' | 'ts' | 'b'>> = {};
-  for (const field of ['tokens', 'ts', 'b'] as const) if (fields[field]) out[field] = fields[field]![side];
+function pick(fields: Record<Field, Written | undefined>, side: 'model'): Partial<Pick<ModelEntry, Field>> {
+  const out: Partial<Pick<ModelEntry, Field>> = {};
+  for (const field of FIELDS) if (fields[field]) out[field] = fields[field]![side];
   return out;
 }
 
@@ -204,7 +249,7 @@ class RedisLane implements Lane {
     return this.store.take(requests, { now, dryRun: mode === 'peek', refund: mode === 'refund' });
   }
 
-  async call(requests: ModelRequest[], mode: ModelMode, now: number, step: number): Promise<TakeResult & PenaltyReport> {
+  async call(requests: ModelRequest[], mode: ModelMode, now: number, step: number, reserve?: Reserve): Promise<TakeResult & PenaltyReport> {
     // Expiry on the simulated clock: what the model says has expired is deleted first.
     const expired = requests.filter((r) => this.model.expired(r.key, now)).map((r) => r.key);
     if (expired.length > 0) await this.client.del(...expired);
@@ -217,9 +262,11 @@ class RedisLane implements Lane {
     }
     await before.exec();
     const started = performance.now();
-    const result = await this.decide(requests, mode, now, step);
-    const expected = this.model.decide(requests, mode, now);
+    // A reservation is never coalesced: every lane sends it alone.
+    const result = reserve ? await this.store.take(requests, { now, reserve }) : await this.decide(requests, mode, now, step);
+    const expected = expectedOf(this.model, requests, mode, now, reserve);
     compareResult(this.name, step, result, expected, requests);
+    compareWait(this.name, step, result, expected, now);
     // The state as written: fields, the TTL this call set, then an hour of real TTL for keys that have one.
     const multi = this.client.multi();
     for (const { key } of requests) multi.hgetall(key).pttl(key).pexpire(key, REAL_TTL_MS, 'GT');
@@ -244,12 +291,13 @@ class RedisLane implements Lane {
         continue;
       }
       const fields = Object.keys(hash).sort().join(',');
-      const wanted = (['b', 'tokens', 'ts'] as const).filter((f) => entry[f] !== undefined).join(',');
+      const wanted = FIELDS.filter((f) => entry[f] !== undefined).join(',');
       if (fields !== wanted) fail('hash fields differ from the model (a partial write?)', detail);
       if (
         !sameField(storedNumber(hash.tokens), entry.tokens) ||
         !sameField(storedNumber(hash.ts), entry.ts) ||
-        !sameField(storedNumber(hash.b), entry.b)
+        !sameField(storedNumber(hash.b), entry.b) ||
+        !sameField(storedNumber(hash.w), entry.w)
       ) {
         fail('stored bucket differs from the model', detail);
       }
@@ -272,18 +320,18 @@ class RedisLane implements Lane {
     this.model.delete(key);
   }
 
-  async corrupt(key: string, fields: Record<'tokens' | 'ts' | 'b', Written | undefined>, now: number): Promise<void> {
+  async corrupt(key: string, fields: Record<Field, Written | undefined>, now: number): Promise<void> {
     if (this.model.expired(key, now)) await this.client.del(key);
     // HSET keeps the TTL of a key that has one; a key it creates has none.
     this.model.corrupt(key, pick(fields, 'model'), now, undefined);
     const args: string[] = [];
-    for (const field of ['tokens', 'ts', 'b'] as const) if (fields[field]) args.push(field, fields[field]!.redis);
+    for (const field of FIELDS) if (fields[field]) args.push(field, fields[field]!.redis);
     await this.client.hset(key, ...args);
   }
 
   private async writeBack(key: string, entry: ModelEntry): Promise<void> {
     const args: string[] = [];
-    for (const field of ['tokens', 'ts', 'b'] as const) if (entry[field] !== undefined) args.push(field, String(entry[field]));
+    for (const field of FIELDS) if (entry[field] !== undefined) args.push(field, String(entry[field]));
     await this.client
       .multi()
       .hset(key, ...args)
@@ -347,12 +395,13 @@ class RenamedLane implements Lane {
     return this.inner.model;
   }
 
-  call(requests: ModelRequest[], mode: ModelMode, now: number, step: number): Promise<TakeResult & PenaltyReport> {
+  call(requests: ModelRequest[], mode: ModelMode, now: number, step: number, reserve?: Reserve): Promise<TakeResult & PenaltyReport> {
     return this.inner.call(
       requests.map((r) => ({ ...r, key: r.key + this.suffix })),
       mode,
       now,
       step,
+      reserve,
     );
   }
 
@@ -360,7 +409,7 @@ class RenamedLane implements Lane {
     return this.inner.reset(key + this.suffix);
   }
 
-  corrupt(key: string, fields: Record<'tokens' | 'ts' | 'b', Written | undefined>, now: number, policy: ModelPolicy): Promise<void> {
+  corrupt(key: string, fields: Record<Field, Written | undefined>, now: number, policy: ModelPolicy): Promise<void> {
     return this.inner.corrupt(key + this.suffix, fields, now, policy);
   }
 }
@@ -458,7 +507,7 @@ describe('the token bucket against a reference model (fast-check)', () => {
   let client: Redis;
   let store: RedisBucketStore;
   let run = 0;
-  const totals = { ops: 0, denials: 0, excused: 0, restored: 0, allowed: 0, refused: 0 };
+  const totals = { ops: 0, denials: 0, excused: 0, restored: 0, allowed: 0, refused: 0, waited: 0, tooLong: 0, aborted: 0 };
 
   beforeAll(async () => {
     client = new Redis(await redisUrl(), { enableOfflineQueue: false, lazyConnect: true });
@@ -478,6 +527,8 @@ describe('the token bucket against a reference model (fast-check)', () => {
     const shared = new SharedCallLane(client, store, `${prefix}${run - 1}:neighbour`, scenario.alternatives[0]);
     const lanes: Lane[] = [redis, new RenamedLane(shared, ':shared'), new MemoryLane()];
     const deny = new DenyCacheCheck();
+    /** Per key, the costs of the reservations still held (an abort gives back the last). */
+    const held: number[][] = keys.map(() => []);
     let now = T0;
     for (let step = 0; step < scenario.ops.length; step++) {
       const op = scenario.ops[step];
@@ -495,23 +546,54 @@ describe('the token bucket against a reference model (fast-check)', () => {
           // a reset on another instance cannot.
           if (!op.remote) deny.cache.forget(keys[op.k]);
           for (const lane of lanes) await lane.reset(keys[op.k]);
+          held[op.k] = [];
           deny.tick();
           if (op.remote) deny.gained(keys[op.k]);
           else deny.cache.forget(keys[op.k]);
           break;
         case 'corrupt': {
           const policy = scenario.policies[op.k];
-          if (op.b !== undefined && op.tokens === undefined && op.ts === undefined && !redis.model.has(keys[op.k], now)) {
-            break; // a hash with only `b` is not a bucket; damage goes into buckets
+          if (op.tokens === undefined && op.ts === undefined && !redis.model.has(keys[op.k], now)) {
+            break; // a hash with only `b` or `w` is not a bucket; damage goes into buckets
           }
           const fields = {
             tokens: op.tokens === undefined ? undefined : damage(op.tokens, now, policy),
             ts: op.ts === undefined ? undefined : damage(op.ts, now, policy),
             b: op.b === undefined ? undefined : damage(op.b, now, policy),
+            w: op.w === undefined ? undefined : damage(op.w, now, policy),
           };
           const b = redis.model.has(keys[op.k], now) ? redis.model.entries.get(keys[op.k])?.b : undefined;
           for (const lane of lanes) await lane.corrupt(keys[op.k], fields, now, policy);
           deny.gained(keys[op.k], b !== undefined && Number.isFinite(b) && b > now ? b - now : 0);
+          break;
+        }
+        case 'reserve':
+        case 'abort': {
+          // acquire(): a reservation of the key's own numbers (a BucketService policy has no penalty), and
+          // an aborted wait giving back the last one still held.
+          const policy = scenario.policies[op.k];
+          const base = { key: keys[op.k], capacity: policy.capacity, refillPerSecond: policy.refillPerSecond };
+          if (op.op === 'abort') {
+            const cost = held[op.k].pop();
+            if (cost === undefined) break;
+            deny.cache.forget(base.key);
+            for (const lane of lanes) await lane.call([{ ...base, cost }], 'refund', now, step);
+            deny.tick();
+            deny.cache.forget(base.key);
+            totals.aborted++;
+            break;
+          }
+          const tokens = redis.model.decide([{ ...base, cost: 0 }], 'peek', now, true).tokens[0];
+          const request = { ...base, cost: resolveCost(op.cost, policy, tokens) };
+          const boundMs = reservationBound(op.boundMs, policy.refillPerSecond);
+          const reserve = { maxWaitMs: reservationWait(op.maxWait, boundMs), boundMs };
+          const answer = await redis.call([request], 'take', now, step, reserve);
+          for (const lane of lanes) if (lane !== redis) await lane.call([request], 'take', now, step, reserve);
+          deny.tick();
+          if (answer.allowed) {
+            held[op.k].push(request.cost);
+            if ((answer.waitMs ?? 0) > 0) totals.waited++;
+          } else totals.tooLong++;
           break;
         }
         default: {
@@ -548,12 +630,16 @@ describe('the token bucket against a reference model (fast-check)', () => {
   it(
     `agrees with the model over ${RUNS} random sequences (seed ${SEED})`,
     async () => {
-      await fc.assert(fc.asyncProperty(scenarioArb(true), runScenario), { seed: SEED, numRuns: RUNS, endOnFailure: false });
+      await fc.assert(fc.asyncProperty(scenarioArb(true, true), runScenario), { seed: SEED, numRuns: RUNS, endOnFailure: false });
       if (process.env.MODEL_VERBOSE) console.log(totals);
       // The draws reach what they are meant to reach (else the property says little).
       expect(totals.allowed).toBeGreaterThan(RUNS);
       expect(totals.refused).toBeGreaterThan(RUNS / 4);
       expect(totals.denials).toBeGreaterThan(0);
+      // Reservations that waited, ones refused for a wait beyond their longest, and waits given back.
+      expect(totals.waited).toBeGreaterThan(RUNS / 4);
+      expect(totals.tooLong).toBeGreaterThan(RUNS / 10);
+      expect(totals.aborted).toBeGreaterThan(RUNS / 10);
     },
     Math.max(30_000, RUNS * 500),
   );

@@ -1,4 +1,4 @@
-import { Inject, Injectable, Optional } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit, Optional } from '@nestjs/common';
 import { DecisionEngine } from '../engine/decision-engine.js';
 import { RateLimitEvents } from '../events/rate-limit-events.js';
 import { assertRouteIdentity, createDigest, type Digest, type RouteIdentity, serviceKey } from '../keys/identity.js';
@@ -10,6 +10,10 @@ import { BucketStore } from '../stores/bucket-store.interface.js';
 import { type BucketRequest, toDecision } from '../stores/token-bucket.js';
 import { keysOf, unknownKeyOf } from '../unknown-keys.js';
 import { assertCost, assertServicePolicy } from './bucket-policy.check.js';
+import { type AcquireOptions, acquireCall } from './acquire-options.js';
+import { setActiveBucketService } from './active-bucket-service.js';
+import { type AcquireDecision, WaitingRoom } from './waiting-room.js';
+import { DEFAULT_ACQUIRE_MAX_WAITING } from '../rate-limit.constants.js';
 import { RouteBuckets } from './route-buckets.js';
 import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
 
@@ -29,8 +33,10 @@ const ENTRY_KEYS = keysOf<keyof BucketEntry>({ name: true, policy: true, cost: t
  * failure mode, deny cache), once per application.
  */
 @Injectable()
-export class BucketService {
+export class BucketService implements OnModuleInit, OnModuleDestroy {
   private readonly engine: DecisionEngine;
+  /** The calls of `acquire()` waiting for their turn. */
+  private readonly room: WaitingRoom;
   /** Digest of bucket names that cannot appear in a key as they are. */
   private readonly hash: Digest;
   /**
@@ -48,6 +54,42 @@ export class BucketService {
   ) {
     this.engine = new DecisionEngine(store, options, events);
     this.hash = createDigest(options.secret);
+    this.room = new WaitingRoom(this.engine, options.acquireMaxWaiting ?? DEFAULT_ACQUIRE_MAX_WAITING);
+  }
+
+  /** `@Paced` methods find this service from now on (the application's module is initialised). */
+  onModuleInit(): void {
+    setActiveBucketService(this, true);
+  }
+
+  /** The application is closing: waiting `acquire()` calls are rejected and their reservations given back. */
+  async onModuleDestroy(): Promise<void> {
+    setActiveBucketService(this, false);
+    await this.room.close();
+  }
+
+  /**
+   * Waits until `cost` tokens of the bucket `name` are the caller's, then resolves with `consume()`'s
+   * decision (allowed) and how long it waited. One store call per acquire: it reserves the tokens now (the
+   * bucket may go below 0 by them) and answers when they exist; the call then waits on a timer. Callers
+   * are served in the order their reservations reach Redis, across every instance, and never more than
+   * the policy promises. It rejects, and holds nothing, when:
+   * the wait would exceed `maxWaitMs` (`RateLimitWaitTooLongError`, at once, nothing reserved); `signal`
+   * aborts before the turn (an `AbortError` whose `cause` is the signal's reason; the reservation is given
+   * back); the store fails under `failureMode: 'closed'` (`RateLimitUnavailableError`); more than
+   * `acquire.maxWaiting` calls wait in this process, or the application closes
+   * (`RateLimitError` `ERR_RATE_LIMIT_TOO_MANY_WAITING`, `ERR_RATE_LIMIT_SHUTTING_DOWN`).
+   */
+  acquire(name: string, policy: BucketPolicy, options: AcquireOptions = {}): Promise<AcquireDecision> {
+    let request: BucketRequest;
+    let call;
+    try {
+      call = acquireCall(name, policy, options, this.options);
+      request = this.request({ name, policy }, options.cost ?? 1);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.room.acquire(request, call);
   }
 
   /**

@@ -1,14 +1,14 @@
 import { performance } from 'node:perf_hooks';
 import type { RateLimitEvents } from '../events/rate-limit-events.js';
-import { RateLimitUnavailableError } from '../errors/rate-limit.errors.js';
+import { RateLimitError, RateLimitTimeoutError, RateLimitUnavailableError } from '../errors/rate-limit.errors.js';
 import type { Verdict, VerdictSource } from '../rate-limit.interfaces.js';
-import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
-import type { BucketStore, TakeOptions } from '../stores/bucket-store.interface.js';
+import type { FailureMode, ResolvedRateLimitOptions } from '../rate-limit.options.js';
+import type { BucketStore, ReserveOptions, TakeOptions, TakeResult } from '../stores/bucket-store.interface.js';
 import { type BucketRequest, mergeRepeatedKeys } from '../stores/token-bucket.js';
 import { ThrottledLogger } from '../throttled-logger.js';
 import { type Breaker, Breakers } from './breakers.js';
 import { DenyCache } from './deny-cache.js';
-import { Fallback } from './fallback.js';
+import { Fallback, type Reservation } from './fallback.js';
 import { toVerdict } from './to-verdict.js';
 import { Deadlines, withTimeout } from './with-timeout.js';
 
@@ -101,6 +101,48 @@ export class DecisionEngine {
       if (timed) this.events.storeCall({ durationMs: performance.now() - started, outcome: 'error' });
       this.breakers.failed(error, requests);
       return this.fallback.decide(requests, options);
+    } finally {
+      probes?.forEach((probe) => (probe.probing = false));
+    }
+  }
+
+  /**
+   * Reserves `request.cost` in its bucket (`BucketService.acquire()`), within `timeoutMs`, through the
+   * breakers like a decision; when the store fails, `failureMode` (the call's own, or the module's)
+   * answers. A reservation that timed out may still have been made in Redis: when its late reply says
+   * so, it is given back. Reservations never go through the deny cache (a refusal there is a wait).
+   */
+  async reserve(request: BucketRequest, reserve: ReserveOptions, failureMode: FailureMode): Promise<Reservation> {
+    const requests = [request];
+    let probes: Breaker[] | undefined;
+    if (this.breakers.open.size > 0) {
+      const found = this.breakers.probesFor(requests);
+      if (found === 'fallback') return this.fallback.reserve(request, reserve, failureMode);
+      probes = found;
+    }
+    let pending: Promise<TakeResult> | undefined;
+    try {
+      const result = this.store.remote
+        ? await this.deadlines.raceSent((sent) => (pending = this.store.take(requests, { reserve, sent })))
+        : await this.store.take(requests, { reserve });
+      if (typeof result.waitMs !== 'number' || !(result.waitMs >= 0)) {
+        throw new RateLimitError(
+          'ERR_RATE_LIMIT_STORE_CONTRACT',
+          `BucketStore: a reservation's answer has no waitMs (got ${String(result.waitMs)})`,
+        );
+      }
+      if (this.breakers.open.size > 0) this.breakers.recovered(requests);
+      const turnAt = typeof result.nowMs === 'number' ? result.nowMs + result.waitMs : undefined;
+      return { source: 'store', allowed: result.allowed, tokens: result.tokens[0], waitMs: result.waitMs, turnAt };
+    } catch (error) {
+      if (error instanceof RateLimitTimeoutError && pending !== undefined) {
+        pending.then(
+          (late) => (late.allowed && request.cost > 0 ? this.giveBack(requests, 'store') : undefined),
+          () => undefined,
+        );
+      }
+      this.breakers.failed(error, requests);
+      return this.fallback.reserve(request, reserve, failureMode);
     } finally {
       probes?.forEach((probe) => (probe.probing = false));
     }

@@ -1,9 +1,21 @@
 import type { FailureMode, ResolvedRateLimitOptions } from '../rate-limit.options.js';
-import type { Verdict } from '../rate-limit.interfaces.js';
-import type { TakeOptions } from '../stores/bucket-store.interface.js';
+import type { Verdict, VerdictSource } from '../rate-limit.interfaces.js';
+import type { ReserveOptions, TakeOptions } from '../stores/bucket-store.interface.js';
 import { localStoreOptions, MemoryBucketStore } from '../stores/memory/memory-bucket.store.js';
 import { type BucketRequest, toDecision } from '../stores/token-bucket.js';
 import { toVerdict } from './to-verdict.js';
+
+/** A reservation's answer (`DecisionEngine.reserve`): who decided, whether it is held, the bucket's tokens, and the wait until its turn. */
+export interface Reservation {
+  source: VerdictSource;
+  /** Reserved (or, for `'open'`, let through); false: refused (`'closed'`, or a wait beyond the call's longest). */
+  allowed: boolean;
+  tokens: number;
+  /** ms from the answer until the caller's turn (when refused: the wait it would have had). */
+  waitMs: number;
+  /** The turn by the clock of the store that decided (its now + `waitMs`), when it tells. */
+  turnAt?: number;
+}
 
 /** What a request gets while the store fails, per `failureMode`, for the log. */
 const FAILURE_EFFECT: Record<FailureMode, string> = {
@@ -39,6 +51,20 @@ export class Fallback {
       source,
       decisions: requests.map((r) => toDecision(r, allowed ? r.capacity - r.cost : 0, r.cost, allowed)),
     };
+  }
+
+  /**
+   * The reservation `mode` gives while the store cannot decide: `'open'` goes ahead at once (nothing
+   * reserved), `'closed'` refuses, `'local'` reserves in the in-process bucket and waits for its turn there.
+   */
+  reserve(request: BucketRequest, reserve: ReserveOptions, mode: FailureMode): Reservation {
+    this.degraded++;
+    if (mode === 'local') {
+      const { allowed, tokens, waitMs = 0, nowMs } = this.local.takeSync([request], { reserve });
+      return { source: 'local', allowed, tokens: tokens[0], waitMs, turnAt: nowMs === undefined ? undefined : nowMs + waitMs };
+    }
+    const allowed = mode === 'open';
+    return { source: mode, allowed, tokens: allowed ? request.capacity - request.cost : 0, waitMs: 0 };
   }
 
   /**

@@ -31,6 +31,11 @@ export const RATE_LIMIT_ERROR_CODES = {
   ERR_RATE_LIMIT_INVALID_IDENTITY: 'Pass exactly one of { ip }, { user }, { apiKey }, { id }, of a kind the policies of the scope key by.',
   ERR_RATE_LIMIT_ROUTE_NUMBERS_REQUIRED: 'Pass the numbers: peekRoute(scope, who, { capacity, refillPerSecond }).',
   // At run time: the message is left as it is, the code is in `code`.
+  ERR_RATE_LIMIT_WAIT_TOO_LONG:
+    'The tokens would come later than maxWaitMs allows (waitMs says when): nothing was reserved; try later, or allow a longer wait.',
+  ERR_RATE_LIMIT_TOO_MANY_WAITING:
+    'More calls wait for tokens in this process than acquire.maxWaiting allows: slow the callers down, or raise the limit.',
+  ERR_RATE_LIMIT_SHUTTING_DOWN: 'The application is closing: waits for tokens were ended and their reservations given back.',
   ERR_RATE_LIMIT_TIMEOUT: 'Redis did not answer within timeoutMs: failureMode answered; check Redis and the network, or raise timeoutMs.',
   ERR_RATE_LIMIT_REDIS_NOT_CONNECTED: 'The client is not connected: failureMode answers until Redis does; the logged cause says why.',
   ERR_RATE_LIMIT_UNAVAILABLE: "The store failed and failureMode is 'closed' (or the call cannot be answered otherwise): try again later.",

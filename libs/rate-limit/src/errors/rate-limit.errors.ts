@@ -67,6 +67,32 @@ export class RateLimitTimeoutError extends RateLimitError {
 RateLimitTimeoutError.prototype.name = 'RateLimitTimeoutError';
 
 /**
+ * `BucketService.acquire()` (or a `@Paced` method) would have to wait longer than its `maxWaitMs`: nothing
+ * was reserved. `waitMs` is the wait it would have needed, `retryAfterSeconds` the same in whole seconds.
+ */
+export class RateLimitWaitTooLongError extends RateLimitError {
+  readonly retryAfterSeconds: number;
+
+  constructor(
+    readonly waitMs: number,
+    readonly maxWaitMs: number,
+    bucket: string,
+  ) {
+    super('ERR_RATE_LIMIT_WAIT_TOO_LONG', `bucket "${bucket}": the tokens come in ${waitMs} ms, more than maxWaitMs ${maxWaitMs}`);
+    this.retryAfterSeconds = Math.max(1, Math.ceil(waitMs / 1000));
+  }
+}
+RateLimitWaitTooLongError.prototype.name = 'RateLimitWaitTooLongError';
+
+/** What an aborted wait rejects with: an `AbortError` (as Node's own timers give), its `cause` the signal's reason. */
+export function abortError(signal: AbortSignal): Error {
+  const error = new Error('The wait for a token was aborted', { cause: signal.reason });
+  error.name = 'AbortError';
+  Object.defineProperty(error, 'code', { value: 'ABORT_ERR', enumerable: true });
+  return error;
+}
+
+/**
  * The store could not decide and `failureMode` is `'closed'`. A `ServiceUnavailableException`, so a
  * Nest application that lets it propagate answers 503 with the same body the guard sends
  * (`{ statusCode: 503, message: 'Rate limiting is unavailable; try again shortly', error: 'Service Unavailable' }`);

@@ -6,6 +6,21 @@ export interface TakeResult {
   allowed: boolean;
   /** Tokens each bucket holds afterwards, in request order (fractional). */
   tokens: number[];
+  /** A reservation's answer (`TakeOptions.reserve`): ms from the store's now until its turn (also when refused). */
+  waitMs?: number;
+  /**
+   * A reservation's answer, optional: the store's clock (ms since the epoch) when it decided, so that the
+   * caller's turn is `nowMs + waitMs` by that clock (the Redis store answers Redis TIME).
+   */
+  nowMs?: number;
+}
+
+/** A reservation (`BucketService.acquire()`): see rule 9 of `BucketStore`. */
+export interface ReserveOptions {
+  /** The call's longest wait (ms): a longer one is refused, and nothing is taken. */
+  maxWaitMs: number;
+  /** The longest wait any call may have (ms, the module's `acquire.maxWaitMs`): stored as the bucket's `w`. */
+  boundMs: number;
 }
 
 export interface TakeOptions {
@@ -13,6 +28,8 @@ export interface TakeOptions {
   dryRun?: boolean;
   /** Give each bucket its cost back (capped at capacity), e.g. a take that a later refusal undoes. Always allowed. */
   refund?: boolean;
+  /** Reserve the cost of the one bucket of the call, to be used after `waitMs` (rule 9). */
+  reserve?: ReserveOptions;
   /**
    * Clock override in ms, for deterministic tests only (the conformance suite drives time with it).
    * Default: the store's clock (Redis TIME).
@@ -58,6 +75,14 @@ export interface TakeOptions {
  *    times each call out after `timeoutMs`, keeps a breaker per server (`nodeOf`), caches denials, and
  *    applies `failureMode` to a call that fails or times out. A local store (`remote: false`) is called
  *    directly, without a deadline or a deny cache; a call that rejects still follows `failureMode`.
+ *
+ * 9. **Reservations** (`reserve`, one bucket): the bucket is read and refilled as for a take; the answer's
+ *    `waitMs` is the time until it holds its cost, `ceil((cost - tokens) / refillPerSecond * 1000)` (0 when
+ *    it has it), and at least until a running penalty ends. When `waitMs <= reserve.maxWaitMs` the cost is
+ *    taken (`allowed`; the tokens may go below 0) and the bucket keeps `w`, the largest `boundMs` seen, so that
+ *    tokens down to `-(w * refillPerSecond / 1000 + 1)` count as reservations rather than damage (rule 1's
+ *    repair); otherwise nothing is written. Giving a reservation back is a refund (rule 3). A store without
+ *    reservations answers without `waitMs`: `acquire()` then fails as on a store error.
  *
  * A reply that is not `{ allowed: boolean, tokens: number[] }` with one number per request counts as a
  * failed call. The module never calls lifecycle hooks (`onModuleDestroy`) of a store the application

@@ -37,6 +37,26 @@ export const FUTURE_TOLERANCE_MS = 1_000;
 export interface BucketState {
   tokens: number;
   ts: number;
+  /** The longest wait (ms) of the reservations that took it below 0 (the script's field `w`), if any did. */
+  w?: number;
+}
+
+/**
+ * How far below 0 reservations (`acquire()`) may have taken a bucket whose stored longest wait is `w`
+ * ms: what refills within it, plus one token for rounding; 0 without one; never more than what refills
+ * within the longest window (at most MAX_CAPACITY), as for penalties. Tokens above `-reservedFloor` are
+ * legal state, below it damage. The script computes the same (`reserved`).
+ */
+export function reservedFloor(w: number | undefined, refillPerSecond: number): number {
+  if (w === undefined || !(w > 0)) return 0;
+  const most = Math.min(MAX_CAPACITY, MAX_WINDOW_SECONDS * refillPerSecond);
+  const least = (w * refillPerSecond) / 1000 + 1;
+  return least <= most ? least : most;
+}
+
+/** The wait (ms) until a bucket holding `tokens` has `cost`: what a reservation is told. The script computes the same. */
+export function reserveWaitMs(tokens: number, cost: number, refillPerSecond: number): number {
+  return tokens < cost ? Math.ceil(((cost - tokens) / refillPerSecond) * 1000) : 0;
 }
 
 /** One bucket to be drained as part of a decision. */
@@ -69,7 +89,8 @@ export interface PenaltyReport {
 
 /**
  * State that can be trusted, or undefined for a bucket to treat as missing (full). Non-finite tokens or
- * stamps count as missing; tokens below `-blockSeconds * R` (0 without a penalty) as 0, unless a
+ * stamps count as missing; tokens below `-blockSeconds * R` (0 without a penalty) and below the
+ * reservations' floor (`reservedFloor` of the stored `w`) as 0, unless a
  * penalty runs (`penaltyRuns`: started by any caller of the bucket, whatever its numbers), which keeps
  * them down to `-min(MAX_CAPACITY, MAX_WINDOW_SECONDS * R)` (what refills within the longest window, so
  * the TTL stays within bounds); a stamp more than `FUTURE_TOLERANCE_MS` ahead of `now` as now. The
@@ -86,9 +107,11 @@ export function repair<S extends BucketState>(
   const { tokens, ts } = state;
   if (!Number.isFinite(tokens) || !Number.isFinite(ts)) return undefined;
   const lowest = penaltyRuns ? -Math.min(MAX_CAPACITY, MAX_WINDOW_SECONDS * refillPerSecond) : -(blockSeconds * refillPerSecond);
-  const legal = tokens >= 0 || !(tokens < lowest);
+  const legal = tokens >= 0 || !(tokens < lowest) || !(tokens < -reservedFloor(state.w, refillPerSecond));
   if (legal && ts <= now + FUTURE_TOLERANCE_MS) return state;
-  return { tokens: legal ? tokens : 0, ts: ts > now + FUTURE_TOLERANCE_MS ? now : ts };
+  const repaired: BucketState = { tokens: legal ? tokens : 0, ts: ts > now + FUTURE_TOLERANCE_MS ? now : ts };
+  if (state.w !== undefined) repaired.w = state.w;
+  return repaired;
 }
 
 /**

@@ -34,6 +34,8 @@ export interface ModelEntry {
   ts?: number;
   /** When a penalty ends (the hash field `b`), in ms. */
   b?: number;
+  /** The longest wait (ms) of the reservations that took the bucket below 0 (the hash field `w`). */
+  w?: number;
   /** When the key expires, in ms on the store's clock; undefined: the key has no TTL. */
   expiresAt?: number;
 }
@@ -55,6 +57,27 @@ export interface ModelOutcome {
 }
 
 const finite = (x: number | undefined): x is number => typeof x === 'number' && Number.isFinite(x);
+
+/**
+ * How far below 0 reservations may have taken a bucket that keeps the longest wait `w` (README: waiting
+ * for a token): what refills within `w` ms, plus one token; 0 without a positive `w`; never more than
+ * min(1e12, 1e12 s × R), as for a running penalty.
+ */
+export function modelReservedFloor(w: number | undefined, refillPerSecond: number): number {
+  if (typeof w !== 'number' || !(w > 0)) return 0;
+  const most = Math.min(1e12, 1e12 * refillPerSecond);
+  const least = (w * refillPerSecond) / 1000 + 1;
+  return least <= most ? least : most;
+}
+
+/** A reservation's answer: the verdict, the bucket's tokens after it, and the wait until its turn. */
+export interface ModelReservation {
+  allowed: boolean;
+  tokens: number;
+  waitMs: number;
+  /** The TTL in ms this call asked for, or undefined when it asked none. */
+  ttlSet: number | undefined;
+}
 
 /** TTL of a written bucket: 2·B/R, or longer while the tokens are below 0 (it must not expire before it has refilled). */
 export function modelTtlMs(policy: ModelPolicy, tokens: number): number {
@@ -95,7 +118,7 @@ export class BucketModel {
    * Writes fields by hand, as `HSET` would: other fields and the TTL stay; a key that did not exist is
    * created with `expiresAt` (undefined: no TTL, as HSET on a new key).
    */
-  corrupt(key: string, fields: Partial<Pick<ModelEntry, 'tokens' | 'ts' | 'b'>>, now: number, expiresAtIfNew?: number): void {
+  corrupt(key: string, fields: Partial<Pick<ModelEntry, 'tokens' | 'ts' | 'b' | 'w'>>, now: number, expiresAtIfNew?: number): void {
     const entry = this.read(key, now);
     if (entry === undefined) this.entries.set(key, { ...fields, expiresAt: expiresAtIfNew });
     else Object.assign(entry, fields);
@@ -141,7 +164,7 @@ export class BucketModel {
         // Tokens below what a penalty can leave (−blockSeconds·R; 0 without a penalty) count as 0; while
         // a penalty runs (started by any caller, with any numbers) down to −min(1e12, 1e12 s × R) are kept.
         const lowest = runs !== undefined ? -Math.min(1e12, 1e12 * r.refillPerSecond) : -((r.blockSeconds ?? 0) * r.refillPerSecond);
-        if (t < 0 && t < lowest) {
+        if (t < 0 && t < lowest && t < -modelReservedFloor(entry.w, r.refillPerSecond)) {
           t = 0;
           fixed = true;
         }
@@ -220,6 +243,68 @@ export class BucketModel {
     const outcome: ModelOutcome = { allowed, tokens: told, ttlSet, written, running: running.map((end) => end !== undefined) };
     if (penaltyCall) outcome.penaltyMs = ends.map((end) => (end === undefined ? 0 : end - now));
     return outcome;
+  }
+
+  /**
+   * A reservation of `r.cost` (acquire): the bucket as a take reads it (no penalty of its own); the wait
+   * is ceil((cost − tokens) / R × 1000) ms, 0 when it has the cost, and at least until a running penalty
+   * ends. Within `maxWaitMs` the cost is taken (below 0 if need be) and `w` becomes `boundMs` unless it
+   * holds as much already; beyond it nothing is written but a repair (and a TTL on a key without one).
+   */
+  reserve(r: ModelRequest, maxWaitMs: number, boundMs: number, now: number): ModelReservation {
+    const entry = this.read(r.key, now);
+    const exists = entry !== undefined && (entry.tokens !== undefined || entry.ts !== undefined);
+    const end = entry?.b;
+    const runs = finite(end) && end > now ? end : undefined;
+    let t: number;
+    let ts: number;
+    let fixed = false;
+    if (!exists || !finite(entry.tokens) || !finite(entry.ts)) {
+      t = r.capacity;
+      ts = now;
+      fixed = exists;
+    } else {
+      t = entry.tokens;
+      ts = entry.ts;
+      // As a take without a penalty of its own reads it: below 0 only what a running penalty or the reservations' bound keeps.
+      const lowest = runs !== undefined ? -Math.min(1e12, 1e12 * r.refillPerSecond) : 0;
+      if (t < 0 && t < lowest && t < -modelReservedFloor(entry.w, r.refillPerSecond)) {
+        t = 0;
+        fixed = true;
+      }
+      if (ts > now + MODEL_FUTURE_TOLERANCE_MS) {
+        ts = now;
+        fixed = true;
+      }
+      if (now > ts) {
+        t = t + ((now - ts) * r.refillPerSecond) / 1000;
+        ts = now;
+      }
+    }
+    if (t > r.capacity) t = r.capacity;
+    let waitMs = t < r.cost ? Math.ceil(((r.cost - t) / r.refillPerSecond) * 1000) : 0;
+    if (runs !== undefined && runs - now > waitMs) waitMs = Math.ceil(runs - now);
+    const allowed = waitMs <= maxWaitMs;
+    if (allowed) t -= r.cost;
+    let ttl = modelTtlMs(r, t);
+    if (runs !== undefined && runs - now > ttl) ttl = Math.min(Math.ceil(runs - now), 2e15);
+    if (allowed || fixed) {
+      const next: ModelEntry = {
+        ...(entry ?? {}),
+        tokens: t,
+        ts,
+        expiresAt: entry?.expiresAt === undefined ? now + ttl : Math.max(entry.expiresAt, now + ttl),
+      };
+      if (allowed && t < 0 && !(typeof next.w === 'number' && next.w >= boundMs)) next.w = boundMs;
+      this.entries.set(r.key, next);
+      return { allowed, tokens: t, waitMs, ttlSet: ttl };
+    }
+    if (exists && entry.expiresAt === undefined) {
+      // A refused bucket that has no TTL gets one: nothing lives forever.
+      entry.expiresAt = now + ttl;
+      return { allowed, tokens: t, waitMs, ttlSet: ttl };
+    }
+    return { allowed, tokens: t, waitMs, ttlSet: undefined };
   }
 
   /** The entry as `read` would see it, without removing an expired one. */

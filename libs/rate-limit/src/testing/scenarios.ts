@@ -54,7 +54,14 @@ export type Op =
   | { op: 'reset'; k: number; remote: boolean }
   | { op: 'advance'; ms: number }
   | { op: 'step'; ms: number }
-  | { op: 'corrupt'; k: number; tokens?: Damage; ts?: Damage; b?: Damage };
+  | { op: 'corrupt'; k: number; tokens?: Damage; ts?: Damage; b?: Damage; w?: Damage }
+  /**
+   * A reservation (acquire) of key k with its own policy (without its penalty): the call's longest wait is
+   * `maxWait` of the longest wait any call may have, `boundMs` (bounded by `reservationBound`).
+   */
+  | { op: 'reserve'; k: number; cost: CostPick; boundMs: number; maxWait: number }
+  /** The last reservation of key k still held is given back (an aborted wait: a refund of its cost). */
+  | { op: 'abort'; k: number };
 
 export interface Scenario {
   policies: ModelPolicy[];
@@ -169,8 +176,50 @@ const penaltyEndDamageArb: fc.Arbitrary<Damage> = fc.oneof(
   fc.constantFrom(-1000, 0, 1, 30_000, 1e12).map((rel) => ({ rel })),
 );
 
-/** The operations of a sequence; `damage`: also damage written into a stored bucket (only a lane that can reach its state). */
-function opArb(damage: boolean): fc.Arbitrary<Op> {
+const reserveArb: fc.Arbitrary<Op> = fc.record({
+  op: fc.constant('reserve' as const),
+  k: fc.integer({ min: 0, max: KEYS - 1 }),
+  cost: costArb,
+  boundMs: fc.constantFrom(0, 1, 1000, 60_000, 60_000, 3_600_000, 1e12, 1e12),
+  maxWait: fc.oneof(
+    { weight: 3, arbitrary: fc.constant(1) },
+    { weight: 1, arbitrary: fc.constant(0) },
+    { weight: 2, arbitrary: fc.double({ min: 0, max: 1, noNaN: true }) },
+  ),
+});
+
+const reservedDamageArb: fc.Arbitrary<Damage> = fc.constantFrom<Damage>(
+  'nan',
+  'inf',
+  'text',
+  { value: 0 },
+  { value: -1 },
+  { value: 1 },
+  {
+    value: 60_000,
+  },
+);
+
+/**
+ * The longest wait any call may have, as `BucketService` bounds it for a policy: at most 1e15 ms, with
+ * what refills within it at most 1e12 tokens (the script refuses more).
+ */
+export function reservationBound(boundMs: number, refillPerSecond: number): number {
+  let bound = Math.min(boundMs, MAX_WINDOW_SECONDS * 1000);
+  while (!((bound * refillPerSecond) / 1000 <= MAX_CAPACITY)) bound = Math.floor(((MAX_CAPACITY * 1000) / refillPerSecond) * (1 - 1e-9));
+  return bound;
+}
+
+/** The call's longest wait: `maxWait` of `bound`, as a whole number of ms. */
+export function reservationWait(maxWait: number, bound: number): number {
+  return maxWait === 1 ? bound : Math.floor(maxWait * bound);
+}
+
+/**
+ * The operations of a sequence; `damage`: also damage written into a stored bucket (only a lane that can
+ * reach its state); `reservations`: also reservations and their give-backs (acquire and an aborted wait).
+ */
+function opArb(damage: boolean, reservations = false): fc.Arbitrary<Op> {
   const ops: fc.WeightedArbitrary<Op>[] = [
     { weight: 12, arbitrary: bucketsArb.map((buckets) => ({ op: 'take' as const, buckets })) },
     { weight: 2, arbitrary: bucketsArb.map((buckets) => ({ op: 'peek' as const, buckets })) },
@@ -194,15 +243,30 @@ function opArb(damage: boolean): fc.Arbitrary<Op> {
         .map((d) => ({ op: 'corrupt' as const, ...d })),
     });
   }
+  if (reservations) {
+    ops.push({ weight: 8, arbitrary: reserveArb });
+    ops.push({ weight: 3, arbitrary: fc.integer({ min: 0, max: KEYS - 1 }).map((k) => ({ op: 'abort' as const, k })) });
+    if (damage) {
+      ops.push({
+        weight: 1,
+        arbitrary: fc
+          .record({ k: fc.integer({ min: 0, max: KEYS - 1 }), w: reservedDamageArb, tokens: tokensDamageArb }, { requiredKeys: ['k', 'w'] })
+          .map((d) => ({ op: 'corrupt' as const, ...d })),
+      });
+    }
+  }
   return fc.oneof(...ops);
 }
 
-/** Sequences of up to 60 operations over KEYS keys, each with its policy, and two other policies that sometimes use the same buckets. */
-export function scenarioArb(damage: boolean): fc.Arbitrary<Scenario> {
+/**
+ * Sequences of up to 60 operations over KEYS keys, each with its policy, and two other policies that
+ * sometimes use the same buckets; `reservations`: with reservations and aborted waits among them.
+ */
+export function scenarioArb(damage: boolean, reservations = false): fc.Arbitrary<Scenario> {
   return fc.record({
     policies: fc.array(policyArb, { minLength: KEYS, maxLength: KEYS }),
     alternatives: fc.array(policyArb, { minLength: 2, maxLength: 2 }),
-    ops: fc.array(opArb(damage), { minLength: 1, maxLength: 60, size: 'max' }),
+    ops: fc.array(opArb(damage, reservations), { minLength: 1, maxLength: 60, size: 'max' }),
   });
 }
 

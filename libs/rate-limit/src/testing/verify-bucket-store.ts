@@ -1,7 +1,18 @@
 import fc from 'fast-check';
 import type { BucketStore } from '../stores/bucket-store.interface.js';
 import { BucketModel, type ModelRequest } from './bucket-model.js';
-import { compareResult, KEYS, MAX_NOW, resolveCost, type Scenario, scenarioArb, T0 } from './scenarios.js';
+import {
+  compareResult,
+  fail,
+  KEYS,
+  MAX_NOW,
+  reservationBound,
+  reservationWait,
+  resolveCost,
+  type Scenario,
+  scenarioArb,
+  T0,
+} from './scenarios.js';
 
 export interface VerifyBucketStoreOptions {
   /** Random sequences to run. Default 100. */
@@ -10,6 +21,11 @@ export interface VerifyBucketStoreOptions {
   seed?: number;
   /** Prefix of every key the check uses; give each run its own (the keys are left to expire). Default `conformance:<random>:`. */
   keyPrefix?: string;
+  /**
+   * Also draw reservations (`TakeOptions.reserve`, `BucketService.acquire()`) and their give-backs (an aborted
+   * wait), for a store that implements `BucketStore` rule 9. Default false.
+   */
+  reservations?: boolean;
 }
 
 /** Added to a bucket's TTL before it counts as possibly expired in real time. */
@@ -41,6 +57,8 @@ export async function verifyBucketStore(store: BucketStore, options: VerifyBucke
     const keys = Array.from({ length: KEYS }, (_, k) => `${prefix}${run}:{k${k}}`);
     run++;
     const model = new BucketModel();
+    /** Per key, the costs of the reservations still held (an abort gives back the last). */
+    const held: number[][] = keys.map(() => []);
     /** When each bucket's TTL runs out in real time (performance.now), for a store that counts it so. */
     const realExpiry = new Map<string, number>();
     let now = T0;
@@ -53,6 +71,36 @@ export async function verifyBucketStore(store: BucketStore, options: VerifyBucke
           await store.delete([keys[op.k]]);
           model.delete(keys[op.k]);
           realExpiry.delete(keys[op.k]);
+        } else if (op.op === 'reserve' || op.op === 'abort') {
+          const policy = policies[op.k];
+          const base = { key: keys[op.k], capacity: policy.capacity, refillPerSecond: policy.refillPerSecond };
+          if (model.expired(base.key, now) || (realExpiry.get(base.key) ?? Infinity) <= performance.now() + REAL_TIME_SLACK_MS) {
+            await store.delete([base.key]);
+            model.delete(base.key);
+            realExpiry.delete(base.key);
+            held[op.k] = [];
+          }
+          if (op.op === 'abort') {
+            const cost = held[op.k].pop();
+            if (cost === undefined) continue;
+            const result = await store.take([{ ...base, cost }], { now, refund: true });
+            compareResult('store', step, result, model.decide([{ ...base, cost }], 'refund', now), [{ ...base, cost }], true);
+            continue;
+          }
+          const tokens = model.decide([{ ...base, cost: 0 }], 'peek', now, true).tokens[0];
+          const request = { ...base, cost: resolveCost(op.cost, policy, tokens) };
+          const boundMs = reservationBound(op.boundMs, policy.refillPerSecond);
+          const maxWaitMs = reservationWait(op.maxWait, boundMs);
+          const sent = performance.now();
+          const result = await store.take([request], { now, reserve: { maxWaitMs, boundMs } });
+          const expected = model.reserve(request, maxWaitMs, boundMs, now);
+          const outcome = { allowed: expected.allowed, tokens: [expected.tokens], ttlSet: [expected.ttlSet], written: [], running: [] };
+          compareResult('store', step, result, outcome, [request], true);
+          if (result.waitMs !== expected.waitMs)
+            fail('the wait of a reservation differs from the model', { step, request, result, expected });
+          if (expected.allowed) held[op.k].push(request.cost);
+          if (expected.ttlSet !== undefined)
+            realExpiry.set(request.key, Math.max(realExpiry.get(request.key) ?? -Infinity, sent + expected.ttlSet));
         } else if (op.op !== 'corrupt') {
           const requests: ModelRequest[] = op.buckets.map(({ k, cost, alt }) => {
             const policy = alt < 0 ? policies[k] : alternatives[alt];
@@ -84,7 +132,7 @@ export async function verifyBucketStore(store: BucketStore, options: VerifyBucke
       await store.delete(keys).catch(() => undefined);
     }
   };
-  const details = await fc.check(fc.asyncProperty(scenarioArb(false), scenario), {
+  const details = await fc.check(fc.asyncProperty(scenarioArb(false, options.reservations === true), scenario), {
     numRuns: options.runs ?? 100,
     ...(options.seed === undefined ? {} : { seed: options.seed }),
   });

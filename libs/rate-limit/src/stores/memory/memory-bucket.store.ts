@@ -7,11 +7,12 @@ import {
   penaltyTokens,
   refill,
   repair,
+  reserveWaitMs,
   shownTokens,
   storedTtlMs,
 } from '../token-bucket.js';
 import { ThrottledLogger } from '../../throttled-logger.js';
-import type { BucketStore, TakeOptions, TakeResult } from '../bucket-store.interface.js';
+import type { BucketStore, ReserveOptions, TakeOptions, TakeResult } from '../bucket-store.interface.js';
 import { RateLimitConfigError, RateLimitError } from '../../errors/rate-limit.errors.js';
 
 interface StoredBucket extends BucketState {
@@ -84,6 +85,7 @@ export class MemoryBucketStore implements BucketStore {
 
   takeSync(requests: readonly BucketRequest[], options: TakeOptions = {}): TakeResult & PenaltyReport {
     const now = options.now ?? this.clock();
+    if (options.reserve !== undefined) return this.reserveSync(requests, options.reserve, now);
     if (requests.length > 1) assertDistinctKeys(requests);
     const penalties = requests.some((request) => (request.blockSeconds ?? 0) > 0);
     const stored = requests.map((request) => this.read(request.key, now));
@@ -139,9 +141,50 @@ export class MemoryBucketStore implements BucketStore {
         ),
       };
       if (blockedUntil !== undefined) bucket.blockedUntil = blockedUntil;
+      if (before?.w !== undefined) bucket.w = before.w;
       this.write(request.key, bucket, now);
     });
     return result();
+  }
+
+  /**
+   * A reservation (`BucketStore` rule 9), as the script makes it: the wait until the bucket holds the
+   * cost (and until a running penalty ends); within `maxWaitMs` the cost is taken, below 0 if need be,
+   * and the bucket keeps the largest `boundMs` seen as `w`.
+   */
+  private reserveSync(requests: readonly BucketRequest[], reserve: ReserveOptions, now: number): TakeResult {
+    if (requests.length !== 1)
+      throw new RateLimitError(
+        'ERR_RATE_LIMIT_STORE_CONTRACT',
+        `MemoryBucketStore: a reservation is of one bucket (got ${requests.length})`,
+      );
+    const [request] = requests;
+    const stored = this.read(request.key, now);
+    const end = stored?.blockedUntil;
+    const running = end !== undefined && end > now && end !== Infinity ? end : undefined;
+    const state = repair(stored, now, 0, request.refillPerSecond, running !== undefined);
+    let tokens = refill(state, request, now);
+    let waitMs = reserveWaitMs(tokens, request.cost, request.refillPerSecond);
+    if (running !== undefined && running - now > waitMs) waitMs = Math.ceil(running - now);
+    const allowed = waitMs <= reserve.maxWaitMs;
+    if (!allowed && state === stored) return { allowed, tokens: [tokens], waitMs, nowMs: now };
+    if (allowed) tokens -= request.cost;
+    const ts = nextTimestamp(state, now);
+    const bucket: StoredBucket = {
+      tokens,
+      ts,
+      expiresAt: Math.max(now + storedTtlMs(request, tokens, running === undefined ? 0 : running - now), stored?.expiresAt ?? -Infinity),
+      fullAt: Math.max(
+        Math.max(ts, now) + Math.ceil(((request.capacity - tokens) * 1000) / request.refillPerSecond) + 1,
+        stored?.fullAt ?? -Infinity,
+      ),
+    };
+    if (stored?.blockedUntil !== undefined) bucket.blockedUntil = stored.blockedUntil;
+    const w = stored?.w;
+    if (allowed && tokens < 0 && !(w !== undefined && w >= reserve.boundMs)) bucket.w = reserve.boundMs;
+    else if (w !== undefined) bucket.w = w;
+    this.write(request.key, bucket, now);
+    return { allowed, tokens: [tokens], waitMs, nowMs: now };
   }
 
   delete(keys: readonly string[]): Promise<void> {

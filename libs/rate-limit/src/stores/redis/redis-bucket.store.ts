@@ -9,7 +9,16 @@ import { ownedConnectionOf, type OwnedConnection } from './owned-connection.js';
 import { diagnosticsOf, type RedisDiagnostics } from './redis-diagnostics.js';
 import type { RedisClient } from './redis-options.validation.js';
 import { checkAtStartup, type StartupCheckSettings } from './redis-startup.check.js';
-import { appendDecision, decodeMany, decodeOne, hasPenalty, MODE_CODE, type ScriptResult as Result } from './token-bucket.codec.js';
+import {
+  appendDecision,
+  decodeMany,
+  decodeOne,
+  decodeReserve,
+  hasPenalty,
+  MODE_CODE,
+  reserveArguments,
+  type ScriptResult as Result,
+} from './token-bucket.codec.js';
 import { TOKEN_BUCKET_COMMAND, TOKEN_BUCKET_LUA, type TokenBucketMode } from './token-bucket.script.js';
 
 type ScriptCommand = (...args: (string | number)[]) => Promise<unknown>;
@@ -137,6 +146,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<Result> {
     const mode: TokenBucketMode = options.refund ? 'refund' : options.dryRun ? 'peek' : 'take';
     const { now, sent } = options;
+    if (options.reserve !== undefined) return this.reserve(requests, options);
     if (!(this.client instanceof Cluster) || requests.length < 2) {
       return this.run(requests, mode, now, sent);
     }
@@ -149,6 +159,17 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     });
     if (groups.size === 1) return this.run(requests, mode, now, sent);
     return this.takeByGroup(requests, [...groups.values()], mode, now, sent);
+  }
+
+  /** A reservation (acquire): one bucket, in a call of its own (never coalesced: its reply has a shape of its own). */
+  private reserve(requests: readonly BucketRequest[], options: TakeOptions): Promise<Result> {
+    if (requests.length !== 1) {
+      return Promise.reject(new RangeError(`RedisBucketStore: a reservation is of one bucket (got ${requests.length})`));
+    }
+    if (this.diagnostics !== undefined && this.client.status !== 'ready') return Promise.reject(this.diagnostics.notConnected());
+    options.sent?.();
+    const call = this.evaluate(reserveArguments(requests[0], options.reserve!, options.now));
+    return call.then((reply) => (this.connection?.answered(1), decodeReserve(reply)));
   }
 
   async delete(keys: readonly string[]): Promise<void> {

@@ -1,4 +1,4 @@
-import type { TakeResult } from '../bucket-store.interface.js';
+import type { ReserveOptions, TakeResult } from '../bucket-store.interface.js';
 import { type BucketRequest, type PenaltyReport, penaltyCostOf } from '../token-bucket.js';
 import type { TokenBucketMode } from './token-bucket.script.js';
 import { RateLimitError } from '../../errors/rate-limit.errors.js';
@@ -57,6 +57,39 @@ export function reportedTokens(tokens: number): number {
 
 function badCode(value: unknown): RateLimitError {
   return new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', `token-bucket script: expected an integer code, got ${JSON.stringify(value)}`);
+}
+
+/** The header of a reservation (acquire) of one bucket. */
+export const RESERVE_HEADER = 11;
+
+/** The keys and arguments of a call that reserves `request`'s cost (see the script's header comment). */
+export function reserveArguments(request: BucketRequest, reserve: ReserveOptions, now: number | undefined): (string | number)[] {
+  const args = [
+    1,
+    request.key,
+    RESERVE_HEADER,
+    request.capacity,
+    request.refillPerSecond,
+    request.cost,
+    reserve.maxWaitMs,
+    reserve.boundMs,
+  ];
+  if (now !== undefined) args.push(now);
+  return args;
+}
+
+/** A reservation's reply: its bucket's code, the wait in ms, and Redis' now in ms. */
+export function decodeReserve(reply: unknown): TakeResult {
+  if (!Array.isArray(reply) || reply.length !== 3)
+    throw new RateLimitError(
+      'ERR_RATE_LIMIT_STORE_CONTRACT',
+      `token-bucket script: expected [code, wait, now], got ${JSON.stringify(reply)}`,
+    );
+  const [code, waitMs, nowMs] = reply as unknown[];
+  if (typeof code !== 'number' || !Number.isSafeInteger(code)) throw badCode(code);
+  if (typeof waitMs !== 'number' || !Number.isSafeInteger(waitMs) || waitMs < 0) throw badCode(waitMs);
+  if (typeof nowMs !== 'number' || !Number.isSafeInteger(nowMs)) throw badCode(nowMs);
+  return { allowed: code % 2 !== 0, tokens: [decodeTokens(code)], waitMs, nowMs };
 }
 
 export function decodeOne(reply: unknown): ScriptResult {

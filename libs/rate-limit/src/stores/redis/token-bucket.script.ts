@@ -11,9 +11,11 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../token-
  *                  decision (callers merge repeats), any number of times across decisions
  * ARGV             per decision:
  *   header         n * 8 + (4 when a bucket of it has a penalty) + mode (0 take: drain all or none,
- *                  1 peek: write nothing, 2 refund: give the cost back), n = its number of buckets
+ *                  1 peek: write nothing, 2 refund: give the cost back), n = its number of buckets;
+ *                  or 11: a reservation (acquire) of one bucket
  *   per bucket     capacity, refill per second, cost (and blockSeconds, penalty cost after a header
- *                  with the 4 bit)
+ *                  with the 4 bit; and the call's longest wait, the longest wait of any call, both in
+ *                  ms, after the header 11)
  *                  and last, optionally, now in ms (tests); without it Redis TIME is the clock (the only
  *                  clock: app instances may be skewed)
  *
@@ -21,6 +23,9 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../token-
  *                  integer, the bucket's code. Otherwise an array, decision after decision: the code of
  *                  each bucket, then with a penalty the whole ms it still runs after now, per bucket
  *                  (0: none); a decision whose arguments are refused is one error string instead.
+ *                  A reservation: its bucket's code, then the wait in ms until its turn (also when
+ *                  refused: the wait it would have had), then now (ms, the clock it decided by): the
+ *                  turn is now + wait by Redis' clock.
  * Code             ((m * 128) + e + 64) * 2 + allowed: the bucket's tokens after the decision as a float
  *                  with a 45-bit signed mantissa m = floor(tokens * 2^(45 - e)) and the binary exponent
  *                  e of the tokens (frexp; at least -60, so tokens below 2^-61 come out as 0 or a
@@ -63,9 +68,18 @@ import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../token-
  * exponent, which PEXPIRE refuses). A call whose headers do not match its keys and arguments is
  * refused whole before anything is written.
  *
+ * Reservations (header 11, acquire()): the bucket is read and refilled as for a take; the wait is the
+ * time until it holds the cost, ceil((cost - t) / R * 1000) ms (0 when it has it), and at least until a
+ * running penalty ends. Within the call's longest wait, the cost is taken (the tokens may go below 0:
+ * every later caller, take or reservation, finds the reserved tokens gone, so turns are FIFO by arrival
+ * here and grants never exceed B + R·t), and the bucket stores `w`, the longest wait of any caller
+ * (kept at the largest seen): tokens down to -(w * R / 1000 + 1) are then reservations, not damage. Beyond
+ * the call's longest wait nothing is written (a repair aside). A reservation given back is a refund.
+ * Tokens below 0 never take the usual call's fast path.
+ *
  * State it cannot trust is repaired, as `repair()` in stores/token-bucket.ts does: non-finite tokens or
  * ts (nan, inf, garbage) count as a missing key (a full bucket), tokens below -(b*R) (b: blockSeconds of
- * the call, 0 without a penalty) as 0, a ts more than `FUTURE_TOLERANCE_MS` ahead of now as now. A
+ * the call, 0 without a penalty) and below the reservations' bound (above) as 0, a ts more than `FUTURE_TOLERANCE_MS` ahead of now as now. A
  * repaired bucket is written back even when the decision is a refusal (not by peek), and a refused
  * bucket that has no TTL gets one: no key lives forever.
  */
@@ -94,9 +108,11 @@ if #KEYS == 1 and (nargs == 4 or nargs == 5) then
     local key = KEYS[1]
     local state = call('HMGET', key, 'tokens', 'ts', 'b')
     local e = state[3] and tonumber(state[3])
-    -- A penalty runs (set by a caller of this bucket with other numbers): the general path decides.
-    if not (e and e > now and e ~= HUGE) then
-      local t, ts = tonumber(state[1]), tonumber(state[2])
+    local t = tonumber(state[1])
+    -- A penalty runs (set by a caller of this bucket with other numbers), or the tokens are below 0
+    -- (reservations of acquire(), a penalty's leftovers, or damage): the general path decides.
+    if not (e and e > now and e ~= HUGE) and not (t and t < 0) then
+      local ts = tonumber(state[2])
       local exists = state[1] ~= false or state[2] ~= false
       local held = exists or state[3] ~= false
       -- Written in this very ms (a hot key): most likely with the TTL this call would set.
@@ -106,10 +122,6 @@ if #KEYS == 1 and (nargs == 4 or nargs == 5) then
         repaired = exists
         t, ts = cap, now
       else
-        if t < 0 then
-          t = 0
-          repaired = true
-        end
         if ts > now + FUTURE_TOLERANCE_MS then
           ts = now
           repaired = true
@@ -167,11 +179,11 @@ end
 local at, keys, decisions = 1, 0, 0
 while at < nargs do
   local h = tonumber(ARGV[at])
-  if not h or h ~= floor(h) or h < 8 or h % 4 == 3 then
+  if not h or h ~= floor(h) or h < 8 or (h % 4 == 3 and h ~= 11) then
     return redis.error_reply('token-bucket: argument ' .. at .. ' must be a decision header')
   end
   local n = floor(h / 8)
-  if h % 8 >= 4 then at = at + 1 + 5 * n else at = at + 1 + 3 * n end
+  if h == 11 or h % 8 >= 4 then at = at + 1 + 5 * n else at = at + 1 + 3 * n end
   keys = keys + n
   decisions = decisions + 1
 end
@@ -218,6 +230,34 @@ local function numbers(i, k, a, penalty)
   return cap, rate, cost, block, least
 end
 
+-- How far below 0 reservations may have taken a bucket: what refills within the longest wait w (ms)
+-- stored with it by acquire(), plus one token for rounding; 0 without one; at most what refills within
+-- the longest window (at most MAX_CAPACITY), as for penalties.
+local function reserved(key, rate)
+  local w = tonumber(call('HGET', key, 'w'))
+  if not w or not (w > 0) then return 0 end
+  local most = MAX_WINDOW_SECONDS * rate
+  if most > MAX_CAPACITY then most = MAX_CAPACITY end
+  local least = w * rate / 1000 + 1
+  if not (least <= most) then return most end
+  return least
+end
+
+-- The numbers of reservation (key k, arguments from a): capacity, refill, cost, the longest wait of the
+-- call and the longest wait any call may have (ms), or nil and why they are refused.
+local function reserveNumbers(k, a)
+  local cap, rate, cost = numbers(1, k, a, false)
+  if not cap then return nil, rate end
+  local most, bound = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  if not bound or not (bound >= 0) or bound > MAX_WINDOW_SECONDS * 1000 or not (bound * rate / 1000 <= MAX_CAPACITY) then
+    return nil, refused(1, k, 'the longest wait must be from 0 to ' .. MAX_WINDOW_SECONDS * 1000 .. ' ms, with its refill at most ' .. MAX_CAPACITY .. ' tokens')
+  end
+  if not most or not (most >= 0) or most > bound then
+    return nil, refused(1, k, 'maxWaitMs must be from 0 to the longest wait ' .. bound)
+  end
+  return cap, rate, cost, most, bound
+end
+
 -- A bucket as it stands now: tokens (refilled, capped), stamp, whether it has state, whether its
 -- state was repaired, when its penalty ends (false: none runs; whoever started it), and whether the
 -- key exists at all.
@@ -239,7 +279,7 @@ local function load(key, cap, rate, block)
       lowest = MAX_WINDOW_SECONDS * rate
       if lowest > MAX_CAPACITY then lowest = MAX_CAPACITY end
     end
-    if t < 0 and t < -lowest then
+    if t < 0 and t < -lowest and t < -reserved(key, rate) then
       t = 0
       repaired = true
     end
@@ -340,11 +380,40 @@ local k = 1
 for _ = 1, decisions do
   local h = tonumber(ARGV[at])
   local n, mode, penalty = floor(h / 8), h % 4, h % 8 >= 4
-  local stride = penalty and 5 or 3
+  local stride = (penalty or mode == 3) and 5 or 3
   local a0, k0 = at + 1, k
   at = at + 1 + stride * n
   k = k + n
-  if n == 1 then
+  if mode == 3 then
+    -- A reservation (acquire): the cost is taken now, the bucket may go below 0 by it, and the reply says
+    -- when the tokens exist (the caller's turn); refused, and nothing taken, when that is more than its
+    -- longest wait.
+    local key = KEYS[k0]
+    local cap, rate, cost, most, bound = reserveNumbers(k0, a0)
+    if not cap then
+      if decisions == 1 then return redis.error_reply(rate) end
+      r = r + 1
+      reply[r] = rate
+    else
+      local t, ts, exists, repaired, ends, held = load(key, cap, rate, 0)
+      local wait = 0
+      if t < cost then wait = ceil((cost - t) / rate * 1000) end
+      if ends and ends - now > wait then wait = ceil(ends - now) end
+      local allowed = wait <= most
+      t = settle(key, 0, allowed, cap, rate, cost, 0, 0, t, ts, exists, repaired, ends, held)
+      if allowed and t < 0 then
+        -- The bound that tells these reservations from damage: the longest of the callers' longest waits.
+        local w = tonumber(call('HGET', key, 'w'))
+        if not (w and w >= bound) then call('HSET', key, 'w', bound) end
+      end
+      r = r + 1
+      reply[r] = code(t, allowed)
+      r = r + 1
+      reply[r] = wait
+      r = r + 1
+      reply[r] = now
+    end
+  elseif n == 1 then
     -- One bucket: the same steps as below, in locals (no tables per decision).
     local key = KEYS[k0]
     local cap, rate, cost, block, least = numbers(1, k0, a0, penalty)

@@ -1,0 +1,278 @@
+import { Injectable, Module } from '@nestjs/common';
+import { Test, type TestingModule } from '@nestjs/testing';
+import { Redis } from 'ioredis';
+import { BucketService, Paced, RateLimitModule, RateLimitWaitTooLongError, RedisBucketStore } from 'nest-redis-rate-limit';
+import { commandCalls, RedisServer, redisUrl } from '../../support/redis.js';
+import { redisScenario } from '../../support/scenario.js';
+
+/**
+ * Issue 23: `BucketService.acquire()` against the real Redis: one reservation per call, refused at once
+ * beyond `maxWaitMs` with nothing reserved, given back when aborted or when the app closes, seen by
+ * `consume()` as tokens already taken, and beside a penalty. Timing (pace, fairness across processes,
+ * failure modes) is in acquire.timing.e2e-spec.ts.
+ */
+const SLOW = { capacity: 2, refillPerSecond: 1 };
+
+async function serviceOn(redis: string, keyPrefix: string, extra: Record<string, unknown> = {}): Promise<TestingModule> {
+  const moduleRef = await Test.createTestingModule({ imports: [RateLimitModule.forRoot({ redis, keyPrefix, ...extra })] }).compile();
+  moduleRef.useLogger(false);
+  await moduleRef.init();
+  return moduleRef;
+}
+
+/** The stored fields of a bucket. */
+async function stored(client: Redis, key: string): Promise<{ tokens: number; ts: number }> {
+  const [tokens, ts] = await client.hmget(key, 'tokens', 'ts');
+  return { tokens: Number(tokens), ts: Number(ts) };
+}
+
+describe('BucketService.acquire() against Redis', () => {
+  const scenario = redisScenario('acquire');
+  let moduleRef: TestingModule;
+  let buckets: BucketService;
+  let prefix: string;
+
+  beforeAll(async () => {
+    prefix = scenario.nextKeyPrefix();
+    moduleRef = await serviceOn(await redisUrl(), prefix);
+    buckets = moduleRef.get(BucketService);
+  });
+
+  afterAll(() => moduleRef?.close());
+
+  it('answers at once, with no wait, while the bucket has the tokens', async () => {
+    const decision = await buckets.acquire('ready', SLOW);
+    expect(decision).toMatchObject({ allowed: true, limit: 2, remaining: 1, retryAfterSeconds: 0, scheduledWaitMs: 0 });
+    expect(decision.waitedMs).toBeLessThan(100);
+  });
+
+  it("tells each turn on Redis' clock: Redis' time of the decision + the wait", async () => {
+    const policy = { capacity: 1, refillPerSecond: 20 };
+    const [seconds, micros] = await scenario.client.time();
+    const before = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+    const [first, second] = await Promise.all([buckets.acquire('turns', policy), buckets.acquire('turns', policy)]);
+    const [seconds2, micros2] = await scenario.client.time();
+    const after = Number(seconds2) * 1000 + Math.floor(Number(micros2) / 1000);
+    // The first had its token: its turn is the decision, between the two TIME readings.
+    expect(first.scheduledWaitMs).toBe(0);
+    expect(first.turnAt).toBeGreaterThanOrEqual(before);
+    expect(first.turnAt).toBeLessThanOrEqual(after);
+    // The second waited for the next token, 50 ms after the first (the script's whole ms: up to 1 less).
+    expect(second.turnAt! - first.turnAt!).toBeGreaterThanOrEqual(49);
+    expect(second.turnAt! - first.turnAt!).toBeLessThanOrEqual(50);
+    expect(second.turnAt! - second.scheduledWaitMs).toBeGreaterThanOrEqual(first.turnAt!);
+  });
+
+  it('rejects at once when the wait would exceed maxWaitMs, with the wait it needed, and reserves nothing', async () => {
+    await buckets.acquire('too-long', SLOW, { cost: 2 });
+    const before = await scenario.client.hgetall(`${prefix}{too-long}`);
+    const started = performance.now();
+    const error = await buckets.acquire('too-long', SLOW, { cost: 2, maxWaitMs: 1500 }).catch((e: unknown) => e);
+    expect(performance.now() - started).toBeLessThan(100);
+    expect(error).toBeInstanceOf(RateLimitWaitTooLongError);
+    expect(error).toMatchObject({ code: 'ERR_RATE_LIMIT_WAIT_TOO_LONG', maxWaitMs: 1500, retryAfterSeconds: 2 });
+    // Two tokens at 1/s from (almost) empty: about 2 s.
+    expect((error as RateLimitWaitTooLongError).waitMs).toBeGreaterThan(1900);
+    expect((error as RateLimitWaitTooLongError).waitMs).toBeLessThanOrEqual(2000);
+    expect(await scenario.client.hgetall(`${prefix}{too-long}`)).toEqual(before);
+  });
+
+  it('makes consume() behind reservations refuse, with a Retry-After that counts them', async () => {
+    await buckets.acquire('queue', SLOW, { cost: 2 });
+    const controller = new AbortController();
+    const waiting = buckets.acquire('queue', SLOW, { cost: 2, signal: controller.signal });
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    // 0 tokens, 2 of them reserved: a cost of 1 needs 3 s of refill.
+    const refused = await buckets.consume('queue', SLOW, 1);
+    expect(refused).toMatchObject({ allowed: false, remaining: 0, retryAfterSeconds: 3, resetSeconds: 4 });
+    expect((await stored(scenario.client, `${prefix}{queue}`)).tokens).toBeLessThan(-1.9);
+    controller.abort(new Error('no longer needed'));
+    const error = await waiting.catch((e: unknown) => e);
+    expect(error).toMatchObject({ name: 'AbortError', cause: new Error('no longer needed') });
+  });
+
+  it('gives an aborted wait back: the bucket gets its cost again, and the next caller goes earlier by exactly that', async () => {
+    const key = `${prefix}{abort}`;
+    const policy = { capacity: 1, refillPerSecond: 2 };
+    await buckets.acquire('abort', policy);
+    const controller = new AbortController();
+    const second = buckets.acquire('abort', policy, { signal: controller.signal });
+    const third = buckets.acquire('abort', policy);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const before = await stored(scenario.client, key);
+    expect(before.tokens).toBeCloseTo(-2, 1);
+    controller.abort();
+    await expect(second).rejects.toMatchObject({ name: 'AbortError' });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const after = await stored(scenario.client, key);
+    // Exactly one token back, plus the refill between the two writes.
+    expect(after.tokens - before.tokens - ((after.ts - before.ts) * 2) / 1000).toBeCloseTo(1, 9);
+    const fourth = buckets.acquire('abort', policy);
+    const [t3, t4] = await Promise.all([third, fourth]);
+    // Without the abort the fourth would wait a token (500 ms) longer than the third; now it has the second's turn.
+    expect(t3.scheduledWaitMs).toBeGreaterThan(900);
+    expect(t4.scheduledWaitMs).toBeLessThanOrEqual(t3.scheduledWaitMs + 5);
+    expect(t4.scheduledWaitMs).toBeGreaterThan(t3.scheduledWaitMs - 100);
+  });
+
+  it('rejects at once, reserving nothing, when the signal is aborted already', async () => {
+    const error = await buckets.acquire('pre-aborted', SLOW, { signal: AbortSignal.abort('gone') }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ name: 'AbortError', cause: 'gone' });
+    expect(await scenario.client.exists(`${prefix}{pre-aborted}`)).toBe(0);
+  });
+
+  it('refuses unknown options and a maxWaitMs beyond the module bound', async () => {
+    await expect(buckets.acquire('x', SLOW, { maxWait: 5 } as never)).rejects.toMatchObject({ code: 'ERR_RATE_LIMIT_UNKNOWN_OPTION' });
+    await expect(buckets.acquire('x', SLOW, { maxWaitMs: 60_001 })).rejects.toMatchObject({ code: 'ERR_RATE_LIMIT_INVALID_OPTION' });
+    await expect(buckets.acquire('x', SLOW, { cost: 3 })).rejects.toMatchObject({ code: 'ERR_RATE_LIMIT_INVALID_POLICY' });
+  });
+
+  it('keeps a penalty and reservations of one bucket: neither undoes the other', async () => {
+    const client = new Redis(await redisUrl());
+    const store = new RedisBucketStore(client, false);
+    const key = `${prefix}{penalty}`;
+    const numbers = { key, capacity: 2, refillPerSecond: 1 };
+    try {
+      await store.take([{ ...numbers, cost: 2 }], { reserve: { maxWaitMs: 60_000, boundMs: 60_000 } });
+      const reserved = await store.take([{ ...numbers, cost: 1 }], { reserve: { maxWaitMs: 60_000, boundMs: 60_000 } });
+      expect(reserved).toMatchObject({ allowed: true });
+      expect(reserved.tokens[0]).toBeCloseTo(-1, 1);
+      // A refused take with a 10 s penalty: min(tokens, 1 - 10) = -9, and the penalty's end stored.
+      const refused = await store.take([{ ...numbers, cost: 1, blockSeconds: 10 }]);
+      expect(refused.allowed).toBe(false);
+      expect(refused.penaltyMs?.[0]).toBeGreaterThan(9900);
+      expect((await stored(client, key)).tokens).toBeCloseTo(-9, 1);
+      // A take without a penalty (the usual call) keeps the negative tokens: no repair to 0.
+      expect((await store.take([{ ...numbers, cost: 1 }])).allowed).toBe(false);
+      expect((await stored(client, key)).tokens).toBeCloseTo(-9, 1);
+      // A reservation while the penalty runs waits at least until it ends, and counts every token before it.
+      const late = await store.take([{ ...numbers, cost: 1 }], { reserve: { maxWaitMs: 60_000, boundMs: 60_000 } });
+      expect(late.waitMs).toBeGreaterThanOrEqual(9900);
+      expect(late.waitMs).toBeLessThanOrEqual(10_000);
+      expect((await stored(client, key)).tokens).toBeCloseTo(-10, 1);
+      expect(await client.hget(key, 'b')).not.toBeNull();
+      // The TTL covers the time to refill to full from -10 at 1/s (12 s), not just the idle 4 s.
+      expect(await client.pttl(key)).toBeGreaterThan(11_000);
+    } finally {
+      await client.quit();
+    }
+  });
+
+  it('paces a @Paced provider method, the bucket name and cost from its arguments', async () => {
+    @Injectable()
+    class PartnerClient {
+      calls: string[] = [];
+      @Paced<[string, number]>({ name: (tenant) => `partner:${tenant}`, capacity: 10, refillPerSecond: 1, cost: (_t, pages) => pages })
+      async fetch(tenant: string, pages: number): Promise<string> {
+        this.calls.push(`${tenant}:${pages}`);
+        return `${tenant} ${pages}`;
+      }
+    }
+    @Module({ providers: [PartnerClient] })
+    class PartnerModule {}
+    const own = await Test.createTestingModule({
+      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: scenario.nextKeyPrefix() }), PartnerModule],
+    }).compile();
+    own.useLogger(false);
+    await own.init();
+    try {
+      const partner = own.get(PartnerClient);
+      const ownPrefix = (own.get(BucketService) as unknown as { options: { keyPrefix: string } }).options.keyPrefix;
+      expect(await partner.fetch('acme', 3)).toBe('acme 3');
+      expect(await partner.fetch('acme', 4)).toBe('acme 4');
+      expect(await partner.fetch('globex', 1)).toBe('globex 1');
+      expect((await stored(scenario.client, `${ownPrefix}{partner:acme}`)).tokens).toBeCloseTo(3, 1);
+      expect((await stored(scenario.client, `${ownPrefix}{partner:globex}`)).tokens).toBeCloseTo(9, 1);
+      // Ten pages with nine tokens left: the call waits about a second for the tenth, then runs.
+      const started = performance.now();
+      expect(await partner.fetch('globex', 10)).toBe('globex 10');
+      expect(performance.now() - started).toBeGreaterThan(900);
+      expect(partner.calls).toEqual(['acme:3', 'acme:4', 'globex:1', 'globex:10']);
+    } finally {
+      await own.close();
+    }
+  }, 15_000);
+
+  it('rejects a @Paced call when no application with RateLimitModule runs, and the method does not run', async () => {
+    let ran = false;
+    class Orphan {
+      @Paced({ name: 'orphan', capacity: 1, refillPerSecond: 1 })
+      async go(): Promise<void> {
+        ran = true;
+      }
+    }
+    await moduleRef.close();
+    try {
+      await expect(new Orphan().go()).rejects.toMatchObject({ code: 'ERR_RATE_LIMIT_MODULE_NOT_IMPORTED' });
+      expect(ran).toBe(false);
+    } finally {
+      moduleRef = await serviceOn(await redisUrl(), prefix);
+      buckets = moduleRef.get(BucketService);
+    }
+  });
+});
+
+describe('acquire() and the application lifecycle', () => {
+  const scenario = redisScenario('acquire-close');
+
+  it('app.close() rejects the waiting calls and gives their reservations back', async () => {
+    const prefix = scenario.nextKeyPrefix();
+    const moduleRef = await serviceOn(await redisUrl(), prefix);
+    const buckets = moduleRef.get(BucketService);
+    await buckets.acquire('closing', SLOW, { cost: 2 });
+    const waiting = [buckets.acquire('closing', SLOW), buckets.acquire('closing', SLOW, { cost: 2 })];
+    const outcomes = Promise.allSettled(waiting);
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    const before = await stored(scenario.client, `${prefix}{closing}`);
+    expect(before.tokens).toBeCloseTo(-3, 1);
+    await moduleRef.close();
+    for (const outcome of await outcomes) {
+      expect(outcome).toMatchObject({ status: 'rejected', reason: { code: 'ERR_RATE_LIMIT_SHUTTING_DOWN' } });
+    }
+    const after = await stored(scenario.client, `${prefix}{closing}`);
+    expect(after.tokens - before.tokens - (after.ts - before.ts) / 1000).toBeCloseTo(3, 9);
+  });
+
+  it('refuses a call beyond acquire.maxWaiting, reserving nothing', async () => {
+    const prefix = scenario.nextKeyPrefix();
+    const moduleRef = await serviceOn(await redisUrl(), prefix, { acquire: { maxWaiting: 2 } });
+    const buckets = moduleRef.get(BucketService);
+    const first = buckets.acquire('full', SLOW, { cost: 2 });
+    const second = buckets.acquire('full', SLOW, { cost: 2 }).catch((e: unknown) => e);
+    await expect(buckets.acquire('full', SLOW)).rejects.toMatchObject({ code: 'ERR_RATE_LIMIT_TOO_MANY_WAITING' });
+    await first;
+    await moduleRef.close();
+    expect(await second).toMatchObject({ code: 'ERR_RATE_LIMIT_SHUTTING_DOWN' });
+  });
+});
+
+describe('acquire() costs one script call', () => {
+  let server: RedisServer;
+  let moduleRef: TestingModule | undefined;
+
+  afterAll(async () => {
+    await moduleRef?.close();
+    await server?.stop();
+  });
+
+  it('sends at most 1.05 EVALSHA per acquire (INFO commandstats of a Redis of its own)', async () => {
+    server = await RedisServer.start();
+    moduleRef = await serviceOn(server.url, 'count:');
+    const buckets = moduleRef.get(BucketService);
+    const admin = new Redis(server.url);
+    try {
+      const policy = { capacity: 10, refillPerSecond: 1000 };
+      // The script is loaded once (the start-up check, then EVALSHA).
+      await buckets.acquire('warm', policy);
+      const before = await commandCalls(admin, 'evalsha');
+      const evalBefore = await commandCalls(admin, 'eval');
+      const decisions = await Promise.all(Array.from({ length: 200 }, (_, i) => buckets.acquire(`count:${i % 4}`, policy)));
+      expect(decisions.some((d) => d.scheduledWaitMs > 0)).toBe(true);
+      const calls = (await commandCalls(admin, 'evalsha')) - before + (await commandCalls(admin, 'eval')) - evalBefore;
+      expect(calls / 200).toBeLessThanOrEqual(1.05);
+      expect(calls).toBeGreaterThanOrEqual(200);
+    } finally {
+      await admin.quit();
+    }
+  }, 20_000);
+});

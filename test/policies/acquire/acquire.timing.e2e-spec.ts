@@ -1,0 +1,328 @@
+import type { ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Injectable, Module } from '@nestjs/common';
+import { Test, type TestingModule } from '@nestjs/testing';
+import { Redis } from 'ioredis';
+import { BucketService, Paced, RateLimitModule, RateLimitUnavailableError } from 'nest-redis-rate-limit';
+import { killChild, spawnChild } from '../../support/children.js';
+import { RedisServer, redisUrl } from '../../support/redis.js';
+import { redisScenario } from '../../support/scenario.js';
+
+/**
+ * Issue 23, what takes a clock: four processes sharing one bucket through acquire() (FIFO, the bound
+ * B + R·t in every window, each caller within 20 ms of its turn), failureMode while Redis is dead, a late
+ * reply given back, and @Paced at its pace.
+ *
+ * Lateness is measured against each grant's turn by Redis' clock (the script's now + the wait), so the
+ * time a call queued at Redis before its decision is not in it. A caller later than the limit whose
+ * excess the load may explain (its process's event-loop delay just after the decision and just before
+ * its go, by test/support/loop-delay.ts, plus the time Redis waited for a CPU meanwhile, from
+ * /proc/<pid>/schedstat of a redis-server of the test's own) makes the run inconclusive: it is run once
+ * more, and a second inconclusive run fails. A lateness over the limit never passes.
+ */
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+const CHILD = fileURLToPath(new URL('./acquire-child.ts', import.meta.url));
+/** How late after its turn a caller may go (issue 23). */
+const LATE_LIMIT_MS = 20;
+
+interface Call {
+  /** When the caller went ahead, ms since the epoch by its process's clock. */
+  go: number;
+  waitedMs: number;
+  scheduledWaitMs: number;
+  /** Its turn by Redis' clock: the script's now + the wait. */
+  turnAt: number;
+  /** The event-loop delay its process saw from the decision to the go. */
+  loopMs: number;
+}
+
+interface ChildResult {
+  calls: Call[];
+  /** Redis' clock less the process's, within ±offsetErrorMs. */
+  offsetMs: number;
+  offsetErrorMs: number;
+}
+
+/**
+ * How long `pid` waited for a CPU (Linux: /proc/<pid>/schedstat), sampled every 5 ms until `stop()`:
+ * `over(from, to)` is the wait in the samples overlapping [from, to] (ms since the epoch), 0 elsewhere.
+ */
+function watchRunQueue(pid: number | undefined): { stop: () => void; over: (from: number, to: number) => number } {
+  const read = () => {
+    try {
+      return Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[1]) / 1e6;
+    } catch {
+      return undefined;
+    }
+  };
+  const samples: [at: number, waitedMs: number][] = [];
+  const sample = () => {
+    const waited = read();
+    if (waited !== undefined) samples.push([performance.timeOrigin + performance.now(), waited]);
+  };
+  sample();
+  const timer = setInterval(sample, 5);
+  return {
+    stop: () => (clearInterval(timer), sample()),
+    over(from, to) {
+      let waited = 0;
+      for (let i = 1; i < samples.length; i++)
+        if (samples[i][0] >= from && samples[i - 1][0] <= to) waited += samples[i][1] - samples[i - 1][1];
+      return waited;
+    },
+  };
+}
+
+/**
+ * The child and the library sources it imports, transpiled once into dist/test-acquire/<random>/ (inside
+ * the repository, so that bare imports resolve from its node_modules): four processes that each load
+ * TypeScript to transpile them took 10 s on two cores; this takes about one. The child builds its
+ * BucketService by hand, so no decorator metadata is needed.
+ */
+async function buildChild(): Promise<{ entry: string; remove: () => Promise<void> }> {
+  const ts = (await import('typescript')).default;
+  const out = join(ROOT, 'dist', 'test-acquire', randomUUID().slice(0, 8));
+  const pending = [CHILD];
+  const seen = new Set<string>();
+  while (pending.length > 0) {
+    const file = pending.pop()!;
+    if (seen.has(file)) continue;
+    seen.add(file);
+    const source = readFileSync(file, 'utf8');
+    for (const [, spec] of source.matchAll(/(?:from|import) '(\.{1,2}\/[^']+)\.js'/g)) pending.push(resolve(dirname(file), `${spec}.ts`));
+    const { outputText } = ts.transpileModule(source, {
+      fileName: file,
+      compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022, experimentalDecorators: true },
+    });
+    const target = join(out, relative(ROOT, file)).replace(/\.ts$/, '.js');
+    mkdirSync(dirname(target), { recursive: true });
+    writeFileSync(target, outputText);
+  }
+  writeFileSync(join(out, 'package.json'), '{ "type": "module" }');
+  return { entry: join(out, relative(ROOT, CHILD)).replace(/\.ts$/, '.js'), remove: () => rm(out, { recursive: true, force: true }) };
+}
+
+let childEntry = '';
+
+function startChild(url: string, name: string): Promise<{ child: ChildProcess; result: Promise<ChildResult> }> {
+  const child = spawnChild(process.execPath, [childEntry, url, name, '50', '5', '100'], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+    env: { ...process.env, NODE_OPTIONS: '' },
+  });
+  const lines = createInterface({ input: child.stdout! });
+  let ready: () => void;
+  const isReady = new Promise<void>((resolve) => (ready = resolve));
+  const result = new Promise<ChildResult>((resolve, reject) => {
+    lines.on('line', (line) => (line === 'ready' ? ready() : resolve(JSON.parse(line))));
+    child.once('exit', (code) => reject(new Error(`acquire child exited with ${code}`)));
+  });
+  result.catch(() => undefined);
+  return isReady.then(() => ({ child, result }));
+}
+
+/** One run of 4 × 50 acquires on B = 5, R = 100/s on `redis`, and when Redis waited for a CPU meanwhile. */
+async function fairnessRun(
+  redis: RedisServer,
+  name: string,
+): Promise<{ results: ChildResult[]; redisWaited: (from: number, to: number) => number }> {
+  const children = await Promise.all([0, 1, 2, 3].map(() => startChild(redis.url, name)));
+  const runQueue = watchRunQueue(redis.pid);
+  try {
+    for (const { child } of children) child.stdin!.write('go\n');
+    const results = await Promise.all(children.map(({ result }) => result));
+    return { results, redisWaited: runQueue.over };
+  } finally {
+    runQueue.stop();
+    await Promise.all(children.map(({ child }) => killChild(child)));
+  }
+}
+
+/**
+ * Each call's lateness after its turn on Redis' clock, at most and at least (the offset's error, and the
+ * turn's whole ms), and the verdict: inconclusive when a call over the limit could be late by the load
+ * (its process's loop delay, and Redis' wait for a CPU from the decision until the reply could have left).
+ */
+function judge({ results, redisWaited }: Awaited<ReturnType<typeof fairnessRun>>) {
+  const lateness = results.flatMap(({ calls, offsetMs, offsetErrorMs }) =>
+    calls.map((c) => {
+      const most = c.go + offsetMs + offsetErrorMs - c.turnAt;
+      // The decision on the callers' clock, ± 5 ms for the clocks of two processes and the samples.
+      const decided = c.turnAt - c.scheduledWaitMs - offsetMs;
+      const loadMs = c.loopMs + redisWaited(decided - 5, decided + most + 5);
+      return { most, least: c.go + offsetMs - offsetErrorMs - c.turnAt - 1, loadMs };
+    }),
+  );
+  const late = Math.max(...lateness.map((l) => l.most));
+  const early = Math.min(...lateness.map((l) => l.least));
+  const loaded = lateness.filter((l) => l.most > LATE_LIMIT_MS && l.most - LATE_LIMIT_MS <= l.loadMs);
+  const summary =
+    `lateness ${early.toFixed(1)} to ${late.toFixed(1)} ms, offsets ±${results.map((r) => r.offsetErrorMs.toFixed(2)).join(', ')} ms, ` +
+    `load that may have made a call late ≤ ${Math.max(...lateness.map((l) => l.loadMs)).toFixed(1)} ms`;
+  return { late, early, summary, inconclusive: loaded.length > 0 };
+}
+
+/** The most grants in any window of `times` (sorted, ms) beyond `capacity + refill·t`, t the window's length. */
+function worstExcess(times: number[], capacity: number, refillPerSecond: number): number {
+  let worst = -Infinity;
+  for (let i = 0; i < times.length; i++) {
+    for (let j = i; j < times.length; j++)
+      worst = Math.max(worst, j - i + 1 - (capacity + (refillPerSecond * (times[j] - times[i])) / 1000));
+  }
+  return worst;
+}
+
+describe('acquire() across four processes', () => {
+  let build: { entry: string; remove: () => Promise<void> } | undefined;
+  let redis: RedisServer | undefined;
+
+  beforeAll(async () => {
+    [build, redis] = await Promise.all([buildChild(), RedisServer.start()]);
+    childEntry = build.entry;
+  });
+
+  afterAll(async () => {
+    await build?.remove();
+    await redis?.stop();
+  });
+
+  it(`grants 200 acquires of 4 processes on B = 5, R = 100/s in 1.95-2.3 s, turns never over 5 + 100·t, each caller within ${LATE_LIMIT_MS} ms of its turn`, async () => {
+    let run = await fairnessRun(redis!, 'fair:0');
+    let verdict = judge(run);
+    if (verdict.inconclusive) {
+      console.warn(`acquire fairness: inconclusive (${verdict.summary}); once more`);
+      run = await fairnessRun(redis!, 'fair:1');
+      verdict = judge(run);
+      if (verdict.inconclusive)
+        throw new Error(`acquire fairness: inconclusive twice, the machine is too loaded to judge (${verdict.summary})`);
+    }
+    console.log(`acquire fairness: ${verdict.summary}`);
+    const { results } = run;
+    // Every process was served: 50 grants each (turns go by arrival at Redis, so a process that sent later waits longer).
+    for (const { calls } of results) expect(calls).toHaveLength(50);
+    const calls = results.flatMap((r) => r.calls);
+    // From the first call made (its go time less the time it took) to the last grant, by the callers' clocks.
+    const start = Math.min(...calls.map((c) => c.go - c.waitedMs));
+    const span = (Math.max(...calls.map((c) => c.go)) - start) / 1000;
+    expect(span).toBeGreaterThanOrEqual(1.95);
+    expect(span).toBeLessThanOrEqual(2.3);
+    // The turns, by Redis' clock: the script's now (whole ms, at most 1 ms before the decision) + the wait,
+    // so each is at most 1 ms after the time its tokens existed: 5 + 100·(t + 1 ms) in any window.
+    const turns = calls.map((c) => c.turnAt).sort((a, b) => a - b);
+    expect(worstExcess(turns, 5, 100)).toBeLessThanOrEqual((100 * 1) / 1000 + 1e-9);
+    // Each caller on time: at most LATE_LIMIT_MS after its turn, and never ahead of it (a timer may fire 1 ms early).
+    const { late, early } = verdict;
+    expect(late).toBeLessThanOrEqual(LATE_LIMIT_MS);
+    expect(early).toBeGreaterThanOrEqual(-1);
+    // What the callers did: each went `early` to `late` ms after its turn (Redis' clock), so the turns of
+    // a window of go times span at most `late - early` ms more: 5 + 100·(t + late - early + 1 ms) grants.
+    const go = results.flatMap(({ calls, offsetMs }) => calls.map((c) => c.go + offsetMs)).sort((a, b) => a - b);
+    expect(worstExcess(go, 5, 100)).toBeLessThanOrEqual((100 * (late - early + 1)) / 1000 + 1e-9);
+  }, 30_000);
+});
+
+describe('acquire() while Redis fails', () => {
+  let server: RedisServer;
+  const modules: TestingModule[] = [];
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+  });
+
+  afterAll(async () => {
+    await Promise.all(modules.map((m) => m.close()));
+    await server?.stop();
+  });
+
+  async function serviceOn(extra: Record<string, unknown>): Promise<BucketService> {
+    const moduleRef = await Test.createTestingModule({
+      imports: [RateLimitModule.forRoot({ redis: server.url, timeoutMs: 100, ...extra })],
+    }).compile();
+    moduleRef.useLogger(false);
+    await moduleRef.init();
+    modules.push(moduleRef);
+    return moduleRef.get(BucketService);
+  }
+
+  it('gives back a reservation whose reply came after the timeout', async () => {
+    const buckets = await serviceOn({ failureMode: 'open', keyPrefix: 'late:' });
+    const admin = new Redis(server.url);
+    try {
+      await buckets.acquire('late', { capacity: 3, refillPerSecond: 0.01 });
+      server.signal('SIGSTOP');
+      const started = performance.now();
+      const decision = await buckets.acquire('late', { capacity: 3, refillPerSecond: 0.01 });
+      // 'open': through at once, after the deadline.
+      expect(performance.now() - started).toBeLessThan(100 + 200);
+      expect(decision.scheduledWaitMs).toBe(0);
+      server.signal('SIGCONT');
+      // The late reply reserved a token; the refund gives it back: 2 tokens left (one acquired before), not 1.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(Number(await admin.hget('late:{late}', 'tokens'))).toBeCloseTo(2, 2);
+    } finally {
+      server.signal('SIGCONT');
+      await admin.quit();
+    }
+  });
+
+  it("answers within timeoutMs + 200 ms while Redis is dead: 'open' goes, 'closed' rejects, 'local' waits its turn in process", async () => {
+    const open = await serviceOn({ failureMode: 'open', keyPrefix: 'dead:' });
+    const closed = await serviceOn({ failureMode: 'closed', keyPrefix: 'dead:' });
+    await server.stop('SIGKILL');
+    const policy = { capacity: 1, refillPerSecond: 5 };
+    let started = performance.now();
+    expect(await open.acquire('dead', policy)).toMatchObject({ allowed: true, scheduledWaitMs: 0 });
+    expect(performance.now() - started).toBeLessThan(300);
+    started = performance.now();
+    await expect(closed.acquire('dead', policy)).rejects.toBeInstanceOf(RateLimitUnavailableError);
+    expect(performance.now() - started).toBeLessThan(300);
+    // The call's own failureMode: 'local' on the 'open' module, one token then 200 ms per token in process.
+    started = performance.now();
+    const [first, second] = await Promise.all([
+      open.acquire('dead', policy, { failureMode: 'local' }),
+      open.acquire('dead', policy, { failureMode: 'local' }),
+    ]);
+    expect(first.scheduledWaitMs).toBe(0);
+    expect(second.scheduledWaitMs).toBeGreaterThan(150);
+    expect(second.scheduledWaitMs).toBeLessThanOrEqual(200);
+    expect(performance.now() - started).toBeLessThan(300 + 200);
+  });
+});
+
+describe('@Paced at its pace', () => {
+  const scenario = redisScenario('acquire-paced');
+
+  it('runs 12 calls of a provider method at capacity 2, 10/s: the last after about 1 s, never ahead of 2 + 10·t', async () => {
+    const runs: number[] = [];
+    @Injectable()
+    class Outbound {
+      @Paced({ name: 'outbound', capacity: 2, refillPerSecond: 10 })
+      async call(): Promise<void> {
+        runs.push(performance.now());
+      }
+    }
+    @Module({ providers: [Outbound] })
+    class OutboundModule {}
+    const moduleRef = scenario.track(
+      await Test.createTestingModule({
+        imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: scenario.nextKeyPrefix() }), OutboundModule],
+      })
+        .compile()
+        .then((m) => m.createNestApplication({ logger: false })),
+    );
+    await moduleRef.init();
+    const outbound = moduleRef.get(Outbound);
+    const started = performance.now();
+    await Promise.all(Array.from({ length: 12 }, () => outbound.call()));
+    runs.sort((a, b) => a - b);
+    expect(runs[11] - started).toBeGreaterThanOrEqual(1000 - 2);
+    expect(runs[11] - started).toBeLessThan(1200);
+    for (let i = 0; i < runs.length; i++) {
+      for (let j = i; j < runs.length; j++) expect(j - i + 1).toBeLessThanOrEqual(2 + (10 * (runs[j] - runs[i])) / 1000 + 1);
+    }
+  });
+});
