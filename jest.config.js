@@ -3,14 +3,15 @@
  * The areas: http, identity, policies, transports, redis, properties, module, docs, package, and
  * support (the helpers).
  *
- * Three projects, chosen by file name, which `npm test` runs one after the other:
- * - `fast`: everything not below, in parallel.
+ * Three projects, chosen by file name (`npm test` is scripts/test.mjs):
+ * - `fast`: everything not below, in parallel; first, with the machine to itself.
  * - `timing`: the files whose assertions depend on wall-clock time (a wait bounded by timeoutMs,
  *   allowed ≤ B + R·T, Retry-After after a measured span, retries within a sleep...), named
- *   `*.timing.e2e-spec.ts` (or `*.timing.spec.ts` beside the library). Run alone and in band
- *   (`--runInBand`), so that no other test file, tsc build or worker app shares the CPU with them.
+ *   `*.timing.e2e-spec.ts` (or `*.timing.spec.ts` beside the library). In band (`--runInBand`): no
+ *   other test file at normal priority shares the CPU with them.
  * - `package`: test/package/, the packed library installed into consumer apps that build and run their
- *   own test runners; the heaviest on the CPU, so last.
+ *   own test runners; the heaviest on the CPU, so last: beside `timing`, at nice 19, taking only the
+ *   CPU the timing files leave idle.
  * A new file whose assertions depend on timing is named with the `.timing` suffix: nothing else to edit.
  *
  * globalSetup finds (or starts) one Redis for the whole run and exports REDIS_URL; globalTeardown

@@ -22,11 +22,13 @@ import { redisScenario } from '../../support/scenario.js';
  * time a call queued at Redis before its decision is not in it. A caller later than the limit whose
  * excess the load may explain (its process's event-loop delay just after the decision and just before
  * its go, by test/support/loop-delay.ts, plus the time Redis waited for a CPU meanwhile, from
- * /proc/<pid>/schedstat of a redis-server of the test's own) makes the run inconclusive: it is run once
- * more, and a second inconclusive run fails. A lateness over the limit never passes.
+ * /proc/<pid>/schedstat of a redis-server of the test's own) makes the run inconclusive: it is run
+ * again, up to ATTEMPTS runs in all. A lateness over the limit that the load does not explain never passes.
  */
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const CHILD = fileURLToPath(new URL('./acquire-child.ts', import.meta.url));
+/** Runs in all before a test whose every run was inconclusive fails (each takes a few seconds). */
+const ATTEMPTS = 4;
 /** How late after its turn a caller may go (issue 23). */
 const LATE_LIMIT_MS = 20;
 
@@ -193,12 +195,12 @@ describe('acquire() across four processes', () => {
   it(`grants 200 acquires of 4 processes on B = 5, R = 100/s in 1.95-2.3 s, turns never over 5 + 100·t, each caller within ${LATE_LIMIT_MS} ms of its turn`, async () => {
     let run = await fairnessRun(redis!, 'fair:0');
     let verdict = judge(run);
-    if (verdict.inconclusive) {
+    for (let attempt = 1; verdict.inconclusive; attempt++) {
+      if (attempt === ATTEMPTS)
+        throw new Error(`acquire fairness: inconclusive ${ATTEMPTS} times, the machine is too loaded to judge (${verdict.summary})`);
       console.warn(`acquire fairness: inconclusive (${verdict.summary}); once more`);
-      run = await fairnessRun(redis!, 'fair:1');
+      run = await fairnessRun(redis!, `fair:${attempt}`);
       verdict = judge(run);
-      if (verdict.inconclusive)
-        throw new Error(`acquire fairness: inconclusive twice, the machine is too loaded to judge (${verdict.summary})`);
     }
     console.log(`acquire fairness: ${verdict.summary}`);
     const { results } = run;

@@ -1,0 +1,51 @@
+#!/usr/bin/env node
+/**
+ * `npm test`: lint and type-check, then the three jest projects (jest.config.js).
+ *
+ * 1. `npm run check` (lint and type-check side by side); a failure stops here.
+ * 2. `fast`, with the machine to itself.
+ * 3. `timing` in band and, beside it, `package` at the lowest CPU priority (nice 19). The timing files
+ *    mostly wait (on timers, on a frozen Redis, on Sentinel), and the package files (tsc runs, the
+ *    consumer apps' own test runners) are CPU-bound: at nice 19 they take only the CPU the timing files
+ *    leave, and the kernel gives it back to them as soon as they wake. The timing files are judged
+ *    beside 4 CPU-bound processes at normal priority anyway (CONTRIBUTING.md, Durations). The package
+ *    project's output is held and printed after the timing project's, so neither report is interleaved.
+ *
+ * The exit code is 1 when any project failed, after all of them ran.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+
+/** Runs `npm run <script>` and resolves with its exit code; output to this terminal, or to `out` (a fd). */
+function run(script, { out, nice = false } = {}) {
+  const stdio = out === undefined ? 'inherit' : ['ignore', out, out];
+  const [command, args] = nice && process.platform !== 'win32' ? ['nice', ['-n', '19', npm, 'run', script]] : [npm, ['run', script]];
+  return new Promise((resolve) => {
+    const child = spawn(command, args, { stdio });
+    child.on('error', (error) => {
+      process.stderr.write(`npm test: could not run ${script}: ${error.message}\n`);
+      resolve(1);
+    });
+    child.on('close', (code, signal) => resolve(code ?? (signal ? 1 : 0)));
+  });
+}
+
+const checked = await run('check');
+if (checked !== 0) process.exit(checked);
+
+const fast = await run('test:fast');
+
+const dir = mkdtempSync(join(tmpdir(), 'rl-npm-test-'));
+const logPath = join(dir, 'package.log');
+const packaged = run('test:package', { out: openSync(logPath, 'w'), nice: true });
+const timing = await run('test:timing');
+process.stdout.write('\n--- test:package (ran beside test:timing at nice 19) ---\n');
+const packageCode = await packaged;
+process.stdout.write(readFileSync(logPath, 'utf8'));
+rmSync(dir, { recursive: true, force: true });
+
+process.exit(fast !== 0 || timing !== 0 || packageCode !== 0 ? 1 : 0);
