@@ -10,7 +10,7 @@
  *   `*.timing.e2e-spec.ts` (or `*.timing.spec.ts` beside the library). In band (`--runInBand`): no
  *   other test file at normal priority shares the CPU with them.
  * - `package`: test/package/, the packed library installed into consumer apps that build and run their
- *   own test runners; the heaviest on the CPU, so last: beside `timing`, at nice 19, taking only the
+ *   own test runners; the heaviest on the CPU, so last: beside `timing`, at nice 10, taking mostly the
  *   CPU the timing files leave idle.
  * A new file whose assertions depend on timing is named with the `.timing` suffix: nothing else to edit.
  *
