@@ -257,7 +257,9 @@ describe('acquire() costs one script call', () => {
 
   it('sends at most 1.05 EVALSHA per acquire (INFO commandstats of a Redis of its own)', async () => {
     server = await RedisServer.start();
-    moduleRef = await serviceOn(server.url, 'count:');
+    // A count of round trips, not of deadlines: a call that timed out on a loaded machine would go ahead
+    // under 'open' without its reservation (no wait to see); 'closed' and a long timeoutMs rule that out.
+    moduleRef = await serviceOn(server.url, 'count:', { failureMode: 'closed', timeoutMs: 10_000 });
     const buckets = moduleRef.get(BucketService);
     const admin = new Redis(server.url);
     try {
