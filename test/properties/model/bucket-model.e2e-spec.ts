@@ -14,19 +14,16 @@ import {
   modelTtlMs,
 } from '../../../libs/rate-limit/src/testing/bucket-model.js';
 import {
-  close,
-  compareResult,
   type Damage,
-  fail,
   KEYS,
   MAX_NOW,
   reservationBound,
   reservationWait,
-  resolveCost,
   type Scenario,
   scenarioArb,
   T0,
 } from '../../../libs/rate-limit/src/testing/scenarios.js';
+import { close, compareResult, fail, resolveCost } from '../../../libs/rate-limit/src/testing/compare.js';
 import { deleteKeys, redisUrl, testPrefix } from '../../support/redis.js';
 
 /**

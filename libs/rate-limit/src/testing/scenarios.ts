@@ -1,10 +1,8 @@
 import fc from 'fast-check';
-import { toDecision, type PenaltyReport } from '../stores/token-bucket.js';
-import type { TakeResult } from '../stores/bucket-store.interface.js';
-import type { ModelOutcome, ModelPolicy, ModelRequest } from './bucket-model.js';
+import type { ModelPolicy } from './bucket-model.js';
 
 /**
- * What the model-based property test draws, and how a store's reply is compared with the model's:
+ * What the model-based property test draws (the comparison of a store's reply with the model's is in compare.ts):
  * shared by `verifyBucketStore` (any store, through its interface) and the repository's own test of the
  * Lua script and the memory store (test/properties/model/, which also reads their stored state and damages it).
  * The arbitraries are kept as they were drawn before they moved here, so a seed replays the same sequences.
@@ -268,87 +266,4 @@ export function scenarioArb(damage: boolean, reservations = false): fc.Arbitrary
     alternatives: fc.array(policyArb, { minLength: 2, maxLength: 2 }),
     ops: fc.array(opArb(damage, reservations), { minLength: 1, maxLength: 60, size: 'max' }),
   });
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Comparisons
-
-export class Mismatch extends Error {}
-
-export function fail(message: string, detail: unknown): never {
-  throw new Mismatch(`${message}: ${JSON.stringify(detail, (_k, v) => (typeof v === 'number' && !Number.isFinite(v) ? String(v) : v))}`);
-}
-
-/** The documented tolerance: 1e-9 relative from one token up, 1e-9 absolute below. */
-export function close(actual: number, expected: number): boolean {
-  if (!Number.isFinite(expected)) return Object.is(actual, expected) || (Number.isNaN(actual) && Number.isNaN(expected));
-  return Math.abs(actual - expected) <= 1e-9 * Math.max(1, Math.abs(expected));
-}
-
-/** A penalty's remaining ms: the script replies in whole ms, rounded down (never more than runs). */
-export function closeMs(lane: string, actual: number, expected: number): boolean {
-  if (!lane.startsWith('lua') && lane !== 'store') return close(actual, expected);
-  const slack = 1e-9 * Math.max(1, Math.abs(expected));
-  const wholeMs = Number.isInteger(actual) && actual <= expected + slack && actual > expected - 1 - slack;
-  // Any other store: exact, or whole ms rounded down as the script replies.
-  return wholeMs || (lane === 'store' && close(actual, expected));
-}
-
-/**
- * The reply of a store against the model's outcome. `penaltyReportOptional`: a store may leave out
- * `penaltyMs` (the library's stores report it in every call with a penalty, and only then); when given,
- * it must be right.
- */
-export function compareResult(
-  lane: string,
-  step: number,
-  result: TakeResult & PenaltyReport,
-  expected: ModelOutcome,
-  requests: readonly ModelRequest[],
-  penaltyReportOptional = false,
-): void {
-  const detail = () => ({ lane, step, requests, result, expected });
-  if (typeof result !== 'object' || result === null || !Array.isArray(result.tokens))
-    fail('a reply that is not { allowed, tokens }', detail());
-  if (result.allowed !== expected.allowed) fail('allowed differs from the model', detail());
-  if (result.tokens.length !== requests.length || !result.tokens.every((t, i) => close(t, expected.tokens[i]))) {
-    fail('tokens differ from the model', detail());
-  }
-  const reported = result.penaltyMs;
-  if (penaltyReportOptional && reported === undefined) {
-    // Nothing reported: nothing to compare.
-  } else if (expected.penaltyMs === undefined) {
-    if (reported !== undefined && !(penaltyReportOptional && Array.isArray(reported) && reported.every((ms) => ms === 0))) {
-      fail('a penalty report in a call without penalties', detail());
-    }
-  } else if (
-    reported === undefined ||
-    reported.length !== requests.length ||
-    !reported.every((ms, i) => closeMs(lane, ms, expected.penaltyMs![i]))
-  ) {
-    fail('penalty report differs from the model', detail());
-  }
-  requests.forEach((request, i) => {
-    const decision = toDecision(request, result.tokens[i], request.cost, result.allowed);
-    for (const value of [decision.limit, decision.remaining, decision.retryAfterSeconds, decision.resetSeconds]) {
-      if (!Number.isSafeInteger(value) || value < 0) fail('a header value that is not a non-negative integer', { ...detail(), decision });
-    }
-  });
-}
-
-export function resolveCost(pick: CostPick, policy: ModelPolicy, tokensNow: number): number {
-  switch (pick.kind) {
-    case 'one':
-      return 1;
-    case 'zero':
-      return 0;
-    case 'full':
-      return policy.capacity;
-    case 'over':
-      return policy.capacity + 1;
-    case 'part':
-      return Math.floor(pick.f * policy.capacity);
-    case 'edge':
-      return Math.min(policy.capacity, Math.max(0, Math.floor(tokensNow) + pick.delta));
-  }
 }

@@ -1,18 +1,8 @@
 import fc from 'fast-check';
 import type { BucketStore } from '../stores/bucket-store.interface.js';
 import { BucketModel, type ModelRequest } from './bucket-model.js';
-import {
-  compareResult,
-  fail,
-  KEYS,
-  MAX_NOW,
-  reservationBound,
-  reservationWait,
-  resolveCost,
-  type Scenario,
-  scenarioArb,
-  T0,
-} from './scenarios.js';
+import { KEYS, MAX_NOW, reservationBound, reservationWait, type Scenario, scenarioArb, T0 } from './scenarios.js';
+import { compareResult, fail, resolveCost } from './compare.js';
 
 export interface VerifyBucketStoreOptions {
   /** Random sequences to run. Default 100. */
