@@ -263,7 +263,9 @@ describe('acquire() costs one script call', () => {
     const buckets = moduleRef.get(BucketService);
     const admin = new Redis(server.url);
     try {
-      const policy = { capacity: 10, refillPerSecond: 1000 };
+      // 50 calls a bucket on 5 tokens at 100/s: 45 wait, up to 0.45 s. (At 1,000/s, a loaded machine wrote
+      // the 200 calls more slowly than the tokens refilled, and none waited.)
+      const policy = { capacity: 5, refillPerSecond: 100 };
       // The script is loaded once (the start-up check, then EVALSHA).
       await buckets.acquire('warm', policy);
       const before = await commandCalls(admin, 'evalsha');
