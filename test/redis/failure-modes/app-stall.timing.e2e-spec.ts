@@ -1,7 +1,8 @@
-import { Controller, Get, type INestApplication, Module } from '@nestjs/common';
-import { BucketService, RateLimit, RateLimitModule, type RateLimitDecisionEvent } from 'nest-redis-rate-limit';
+import { type INestApplication, Module } from '@nestjs/common';
+import { BucketService, RateLimitModule, type RateLimitDecisionEvent } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../../support/app.js';
 import { burst } from '../../support/burst.js';
+import { stallController } from '../../support/stall-app.js';
 import { redisUrl, testPrefix } from '../../support/redis.js';
 // Not public: the store-call events the metrics' store-duration histogram is recorded from.
 import { RateLimitEvents, type StoreCallEvent } from '../../../libs/rate-limit/src/events/rate-limit-events.js';
@@ -14,23 +15,7 @@ import { RateLimitEvents, type StoreCallEvent } from '../../../libs/rate-limit/s
 const CAPACITY = 5;
 const BLOCK_MS = 300;
 
-@Controller()
-class StallController {
-  /** 5 tokens, refilled after 1000 s: every admission beyond 5 per client would be a broken promise. */
-  @Get('limited')
-  @RateLimit(CAPACITY, 0.001)
-  limited() {
-    return { ok: true };
-  }
-
-  /** A handler of the same app that holds the event loop (a bcrypt hash, a large JSON): not limited. */
-  @Get('block')
-  block() {
-    const until = performance.now() + BLOCK_MS;
-    while (performance.now() < until);
-    return { blocked: true };
-  }
-}
+const StallController = stallController(CAPACITY, BLOCK_MS);
 
 describe.each(PLATFORMS)('the deadline measures Redis, not the app, with default options (%s)', (platform) => {
   let app: INestApplication;

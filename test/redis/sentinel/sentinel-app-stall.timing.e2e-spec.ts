@@ -1,7 +1,8 @@
-import { Controller, Get, type INestApplication, Module } from '@nestjs/common';
-import { RateLimit, RateLimitModule, type RateLimitDecisionEvent } from 'nest-redis-rate-limit';
+import { type INestApplication, Module } from '@nestjs/common';
+import { RateLimitModule, type RateLimitDecisionEvent } from 'nest-redis-rate-limit';
 import { createApp } from '../../support/app.js';
 import { burst } from '../../support/burst.js';
+import { stallController } from '../../support/stall-app.js';
 import { LogRecorder } from '../../support/log-recorder.js';
 import { testPrefix } from '../../support/redis.js';
 import { LocalSentinels } from '../../support/sentinel.js';
@@ -18,23 +19,7 @@ const CAPACITY = 5;
 const BLOCK_MS = 1500;
 const ROUNDS = 3;
 
-@Controller()
-class StallController {
-  /** 5 tokens, refilled after 1000 s: every admission beyond 5 per client would be a broken promise. */
-  @Get('limited')
-  @RateLimit(CAPACITY, 0.001)
-  limited() {
-    return { ok: true };
-  }
-
-  /** A handler that holds the event loop (a large JSON, a synchronous hash): not limited. */
-  @Get('block')
-  block() {
-    const until = performance.now() + BLOCK_MS;
-    while (performance.now() < until);
-    return { blocked: true };
-  }
-}
+const StallController = stallController(CAPACITY, BLOCK_MS);
 
 describe('Sentinel: a stall of the app is not a dead master', () => {
   let deployment: LocalSentinels | undefined;
