@@ -277,17 +277,22 @@ export async function untilConclusive(
   throw new Error(`inconclusive: ${label}: the machine was too busy to judge in ${ATTEMPTS} runs (${reasons.join(' | ')})`);
 }
 
-/**
- * For a test without load (no HTTP): each wait within `timeoutMs + SLACK_MS` plus the loop delay over
- * it; fails the test as inconclusive when too few of the waits had a quiet loop (see above).
- */
-export function expectWaitsBounded(waits: readonly Span[], timeoutMs: number, loop: LoopDelay): void {
-  const j = judge(
+/** Each wait (a span from a call to its answer) within `timeoutMs + SLACK_MS` plus the loop delay over it. */
+export function judgeWaits(waits: readonly Span[], timeoutMs: number, loop: LoopDelay): Judgement {
+  return judge(
     'wait',
     timeoutMs + SLACK_MS,
     timeoutMs,
     waits.map((w, i) => ({ what: `#${i}`, sentAt: 0, ms: w.endedAt - w.startedAt, loopMs: loop.over(w.startedAt, w.endedAt) })),
   );
+}
+
+/**
+ * For a test without load (no HTTP): each wait within `timeoutMs + SLACK_MS` plus the loop delay over
+ * it; fails the test as inconclusive when too few of the waits had a quiet loop (see above).
+ */
+export function expectWaitsBounded(waits: readonly Span[], timeoutMs: number, loop: LoopDelay): void {
+  const j = judgeWaits(waits, timeoutMs, loop);
   if (!expectWithinBounds([j])) throw new Error(`inconclusive: ${whyInconclusive(j)}`);
 }
 
