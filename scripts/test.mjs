@@ -8,12 +8,16 @@
  *    mostly wait (on timers, on a frozen Redis, on Sentinel), and the package files (tsc runs, the
  *    consumer apps' own test runners) are CPU-bound: niced, they take mostly the CPU the timing files
  *    leave, and the kernel gives it back to them when they wake. The timing files are judged
- *    beside 4 CPU-bound processes at normal priority anyway (CONTRIBUTING.md, Durations). The package
- *    project's output is held and printed after the timing project's, so neither report is interleaved.
+ *    beside 4 CPU-bound processes at normal priority anyway (CONTRIBUTING.md, Durations). Once `timing`
+ *    is done, the package project's processes get the normal priority back (where the user may raise
+ *    a priority: root, or a RLIMIT_NICE that allows it); beside other CPU-bound work a niced project
+ *    gets a few percent of the CPU, and its steps' limits are made for catching a hang, not for that.
+ *    The package project's output is held and printed after the timing project's, so neither report is
+ *    interleaved.
  *
  * The exit code is 1 when any project failed, after all of them ran.
  */
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,13 +30,51 @@ const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
  */
 const NICE = 10;
 
+/** The process `pid` and every process below it (from `ps`), or only `pid` where `ps` cannot tell. */
+function processTree(pid) {
+  let table;
+  try {
+    table = execFileSync('ps', ['-e', '-o', 'pid=,ppid='], { encoding: 'utf8' });
+  } catch {
+    return [pid];
+  }
+  const children = new Map();
+  for (const line of table.split('\n')) {
+    const [child, parent] = line.trim().split(/\s+/).map(Number);
+    if (!Number.isInteger(child) || !Number.isInteger(parent)) continue;
+    children.set(parent, [...(children.get(parent) ?? []), child]);
+  }
+  const tree = [];
+  for (const queue = [pid]; queue.length > 0; ) {
+    const next = queue.shift();
+    tree.push(next);
+    queue.push(...(children.get(next) ?? []));
+  }
+  return tree;
+}
+
+/**
+ * Gives the processes of a niced run the normal priority back (what they start from then on inherits
+ * it); says so when the system does not allow it, and the run goes on niced.
+ */
+function unnice(child) {
+  if (process.platform === 'win32' || child?.pid === undefined || child.exitCode !== null) return;
+  // One at a time: a process may have ended meanwhile, which is no reason to leave the others niced.
+  const refused = processTree(child.pid).filter((pid) => {
+    const result = spawnSync('renice', ['-n', '0', '-p', String(pid)], { encoding: 'utf8' });
+    return result.error !== undefined || (result.status !== 0 && !/no such process/i.test(result.stderr));
+  });
+  if (refused.length > 0) process.stdout.write(`npm test: the package project goes on at nice ${NICE} (renice to 0 was refused)\n`);
+}
+
 /** Runs `npm run <script>` and resolves with its exit code; output to this terminal, or to `out` (a fd). */
-function run(script, { out, nice = false } = {}) {
+function run(script, { out, nice = false, started } = {}) {
   const stdio = out === undefined ? 'inherit' : ['ignore', out, out];
   const [command, args] =
     nice && process.platform !== 'win32' ? ['nice', ['-n', String(NICE), npm, 'run', script]] : [npm, ['run', script]];
   return new Promise((resolve) => {
     const child = spawn(command, args, { stdio });
+    started?.(child);
     child.on('error', (error) => {
       process.stderr.write(`npm test: could not run ${script}: ${error.message}\n`);
       resolve(1);
@@ -48,8 +90,10 @@ const fast = await run('test:fast');
 
 const dir = mkdtempSync(join(tmpdir(), 'rl-npm-test-'));
 const logPath = join(dir, 'package.log');
-const packaged = run('test:package', { out: openSync(logPath, 'w'), nice: true });
+let packageChild;
+const packaged = run('test:package', { out: openSync(logPath, 'w'), nice: true, started: (child) => (packageChild = child) });
 const timing = await run('test:timing');
+unnice(packageChild);
 process.stdout.write(`\n--- test:package (ran beside test:timing at nice ${NICE}) ---\n`);
 const packageCode = await packaged;
 process.stdout.write(readFileSync(logPath, 'utf8'));
