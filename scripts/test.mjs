@@ -45,7 +45,7 @@ function processTree(pid) {
     children.set(parent, [...(children.get(parent) ?? []), child]);
   }
   const tree = [];
-  for (const queue = [pid]; queue.length > 0; ) {
+  for (const queue = [pid]; queue.length > 0;) {
     const next = queue.shift();
     tree.push(next);
     queue.push(...(children.get(next) ?? []));
