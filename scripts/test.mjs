@@ -17,10 +17,11 @@
  *
  * The exit code is 1 when any project failed, after all of them ran.
  */
-import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { renice } from './priority.mjs';
 
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
 /**
@@ -30,41 +31,10 @@ const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
  */
 const NICE = 10;
 
-/** The process `pid` and every process below it (from `ps`), or only `pid` where `ps` cannot tell. */
-function processTree(pid) {
-  let table;
-  try {
-    table = execFileSync('ps', ['-e', '-o', 'pid=,ppid='], { encoding: 'utf8' });
-  } catch {
-    return [pid];
-  }
-  const children = new Map();
-  for (const line of table.split('\n')) {
-    const [child, parent] = line.trim().split(/\s+/).map(Number);
-    if (!Number.isInteger(child) || !Number.isInteger(parent)) continue;
-    children.set(parent, [...(children.get(parent) ?? []), child]);
-  }
-  const tree = [];
-  for (const queue = [pid]; queue.length > 0;) {
-    const next = queue.shift();
-    tree.push(next);
-    queue.push(...(children.get(next) ?? []));
-  }
-  return tree;
-}
-
-/**
- * Gives the processes of a niced run the normal priority back (what they start from then on inherits
- * it); says so when the system does not allow it, and the run goes on niced.
- */
+/** Gives the package project's processes the normal priority back (scripts/priority.mjs); says so when refused. */
 function unnice(child) {
   if (process.platform === 'win32' || child?.pid === undefined || child.exitCode !== null) return;
-  // One at a time: a process may have ended meanwhile, which is no reason to leave the others niced.
-  const refused = processTree(child.pid).filter((pid) => {
-    const result = spawnSync('renice', ['-n', '0', '-p', String(pid)], { encoding: 'utf8' });
-    return result.error !== undefined || (result.status !== 0 && !/no such process/i.test(result.stderr));
-  });
-  if (refused.length > 0) process.stdout.write(`npm test: the package project goes on at nice ${NICE} (renice to 0 was refused)\n`);
+  if (!renice(child.pid, 0)) process.stdout.write(`npm test: the package project goes on at nice ${NICE} (renice to 0 was refused)\n`);
 }
 
 /** Runs `npm run <script>` and resolves with its exit code; output to this terminal, or to `out` (a fd). */

@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { cp, mkdir, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { request } from 'node:http';
-import { setPriority, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -51,22 +51,12 @@ export interface RunResult {
 }
 
 /**
- * npm, tsc and the consumer apps run at a lower CPU priority (nice 10): they are throughput work, and
- * the other test files running beside them measure latencies against timeouts of a few hundred ms.
+ * Runs a command to completion (any exit code); `npm` is npm's own CLI. Commands run at the project's
+ * own priority: `npm test` runs it at nice 10 beside the timing project, and at the normal one after.
  */
-function lowerPriority(child: ChildProcess): void {
-  try {
-    if (child.pid !== undefined) setPriority(child.pid, 10);
-  } catch {
-    // Not permitted or not supported here: run at normal priority.
-  }
-}
-
-/** Runs a command to completion (any exit code); `npm` is npm's own CLI. */
 export function run(command: string, args: string[], cwd: string, env: Record<string, string> = {}): Promise<RunResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, { cwd, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
-    lowerPriority(child);
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -291,7 +281,6 @@ export function startConsumer(dir: string, env: Record<string, string>): Promise
       env: childEnv(env),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    lowerPriority(child);
     let stdout = '';
     let stderr = '';
     const exited = new Promise<number | string | null>((done) => child.once('exit', (code, signal) => done(code ?? signal)));
