@@ -158,6 +158,30 @@ describe('Deadlines (one timer for every decision of a module)', () => {
     }
   });
 
+  it('declares a deadline that passed while the expiry waited for the poll at the next check phase, not after another timer', async () => {
+    // The test's clock: a's deadline is 20 and b's 21; the timer fires at 20.5 (a is due, b not yet), and by
+    // the time its expiry runs, after the poll phase, the clock reads 25: b's deadline has passed as well.
+    let now = 0;
+    const deadlines = new Deadlines(20, () => now);
+    // Timers of one duration run in the order they were set: this one just before the module's, at 20.
+    setTimeout(() => (now = 20.5), 20);
+    const a = deadlines.race(never());
+    now = 1;
+    const b = deadlines.race(never());
+    setTimeout(() => (now = 25), 20);
+    const order: string[] = [];
+    const bEnded = b.catch((error: unknown) => void order.push(error instanceof RateLimitTimeoutError ? 'b timed out' : 'b failed'));
+    await a.catch((error: unknown) => {
+      order.push(error instanceof RateLimitTimeoutError ? 'a timed out' : 'a failed');
+      // The next check phase: b is declared there, once pending I/O has been read once more (a reply
+      // that came before its deadline would have won), without sleeping on a timer of 1 ms first.
+      setImmediate(() => order.push('next check phase'));
+    });
+    await bEnded;
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(order).toEqual(['a timed out', 'b timed out', 'next check phase']);
+  });
+
   it('raceSent never times out a call that settles before it is sent', async () => {
     const deadlines = new Deadlines(10);
     await expect(deadlines.raceSent(() => Promise.reject(new Error('not connected')))).rejects.toThrow('not connected');
