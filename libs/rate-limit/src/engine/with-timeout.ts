@@ -62,7 +62,8 @@ interface Race {
 export class Deadlines {
   private head: Race | undefined;
   private tail: Race | undefined;
-  private timer: NodeJS.Timeout | undefined;
+  /** The timer armed for the oldest deadline, or the expiry queued for the next check phase. */
+  private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
 
   constructor(
     private readonly ms: number,
@@ -141,6 +142,13 @@ export class Deadlines {
       race.reject(new RateLimitTimeoutError(this.ms));
     }
     this.timer = undefined;
-    if (this.head !== undefined) this.arm(Math.max(1, Math.ceil(this.head.deadline - this.clock())));
+    if (this.head === undefined) return;
+    const now = this.clock();
+    // A deadline that passed while this expiry waited for the poll phase (decisions written a moment
+    // after the ones that expired): declared at the next check phase, after pending I/O has been read
+    // once more, as the rule above wants; a timer, even of 1 ms, would first put the loop to sleep, and
+    // a process beside other CPU-bound work may wait long to be woken.
+    if (this.head.deadline <= now) this.timer = setImmediate(this.expire, now).unref();
+    else this.arm(Math.max(1, Math.ceil(this.head.deadline - now)));
   };
 }
