@@ -30,8 +30,8 @@ export function processTree(pid) {
 
 /**
  * The threads of `pid` (/proc/<pid>/task), or only `pid` where the system does not list them. On Linux
- * a priority is a thread's: renice of a process reaches its main thread only, and a child process
- * inherits the priority of the thread that started it (Node starts some from other threads).
+ * a priority is a thread's: renice of a process reaches its main thread only, and the threads it has
+ * already started (libuv's pool, V8's workers) would keep the old one.
  */
 export function threadsOf(pid) {
   try {
