@@ -12,6 +12,8 @@ import { BucketService, Paced, RateLimitModule, RateLimitUnavailableError } from
 import { killChild, spawnChild } from '../../support/children.js';
 import { RedisServer, redisUrl } from '../../support/redis.js';
 import { redisScenario } from '../../support/scenario.js';
+import { watchLoopDelay } from '../../support/loop-delay.js';
+import { type Span, judgeWaits, untilConclusive } from '../../redis/failure-modes/timing.js';
 
 /**
  * Issue 23, what takes a clock: four processes sharing one bucket through acquire() (FIFO, the bound
@@ -253,20 +255,32 @@ describe('acquire() while Redis fails', () => {
   it('gives back a reservation whose reply came after the timeout', async () => {
     const buckets = await serviceOn({ failureMode: 'open', keyPrefix: 'late:' });
     const admin = new Redis(server.url);
+    const policy = { capacity: 3, refillPerSecond: 0.01 };
+    const loop = watchLoopDelay();
     try {
-      await buckets.acquire('late', { capacity: 3, refillPerSecond: 0.01 });
-      server.signal('SIGSTOP');
-      const started = performance.now();
-      const decision = await buckets.acquire('late', { capacity: 3, refillPerSecond: 0.01 });
-      // 'open': through at once, after the deadline.
-      expect(performance.now() - started).toBeLessThan(100 + 200);
-      expect(decision.scheduledWaitMs).toBe(0);
-      server.signal('SIGCONT');
-      // The late reply reserved a token; the refund gives it back: 2 tokens left (one acquired before), not 1.
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      expect(Number(await admin.hget('late:{late}', 'tokens'))).toBeCloseTo(2, 2);
+      // One wait per run, judged like the failure-mode tests: timeoutMs + SLACK_MS plus the loop delay over it,
+      // run again when the machine was too busy to judge it (test/redis/failure-modes/timing.ts).
+      await untilConclusive('acquire() past its deadline', async (n) => {
+        const name = `late${n}`;
+        await buckets.acquire(name, policy);
+        server.signal('SIGSTOP');
+        let wait: Span;
+        try {
+          const startedAt = performance.now();
+          const decision = await buckets.acquire(name, policy);
+          wait = { startedAt, endedAt: performance.now() };
+          // 'open': through, after the deadline, with nothing reserved.
+          expect(decision.scheduledWaitMs).toBe(0);
+        } finally {
+          server.signal('SIGCONT');
+        }
+        // The late reply reserved a token; the refund gives it back: 2 tokens left (one acquired before), not 1.
+        expect(await settledTokens(admin, `late:{${name}}`, 2)).toBeCloseTo(2, 2);
+        return [judgeWaits([wait], 100, loop)];
+      });
     } finally {
       server.signal('SIGCONT');
+      loop.stop();
       await admin.quit();
     }
   });
@@ -275,25 +289,45 @@ describe('acquire() while Redis fails', () => {
     const open = await serviceOn({ failureMode: 'open', keyPrefix: 'dead:' });
     const closed = await serviceOn({ failureMode: 'closed', keyPrefix: 'dead:' });
     await server.stop('SIGKILL');
-    const policy = { capacity: 1, refillPerSecond: 5 };
-    let started = performance.now();
-    expect(await open.acquire('dead', policy)).toMatchObject({ allowed: true, scheduledWaitMs: 0 });
-    expect(performance.now() - started).toBeLessThan(300);
-    started = performance.now();
-    await expect(closed.acquire('dead', policy)).rejects.toBeInstanceOf(RateLimitUnavailableError);
-    expect(performance.now() - started).toBeLessThan(300);
-    // The call's own failureMode: 'local' on the 'open' module, one token then 200 ms per token in process.
-    started = performance.now();
-    const [first, second] = await Promise.all([
-      open.acquire('dead', policy, { failureMode: 'local' }),
-      open.acquire('dead', policy, { failureMode: 'local' }),
-    ]);
-    expect(first.scheduledWaitMs).toBe(0);
-    expect(second.scheduledWaitMs).toBeGreaterThan(150);
-    expect(second.scheduledWaitMs).toBeLessThanOrEqual(200);
-    expect(performance.now() - started).toBeLessThan(300 + 200);
+    const loop = watchLoopDelay();
+    // How long a call took, less the event-loop delay over it (a busy machine's, not the library's).
+    const took = (startedAt: number) => {
+      const endedAt = performance.now();
+      return endedAt - startedAt - loop.over(startedAt, endedAt);
+    };
+    try {
+      const policy = { capacity: 1, refillPerSecond: 5 };
+      let started = performance.now();
+      expect(await open.acquire('dead', policy)).toMatchObject({ allowed: true, scheduledWaitMs: 0 });
+      expect(took(started)).toBeLessThan(300);
+      started = performance.now();
+      await expect(closed.acquire('dead', policy)).rejects.toBeInstanceOf(RateLimitUnavailableError);
+      expect(took(started)).toBeLessThan(300);
+      // The call's own failureMode: 'local' on the 'open' module, one token then 200 ms per token in process.
+      started = performance.now();
+      const [first, second] = await Promise.all([
+        open.acquire('dead', policy, { failureMode: 'local' }),
+        open.acquire('dead', policy, { failureMode: 'local' }),
+      ]);
+      expect(first.scheduledWaitMs).toBe(0);
+      expect(second.scheduledWaitMs).toBeGreaterThan(150);
+      expect(second.scheduledWaitMs).toBeLessThanOrEqual(200);
+      expect(took(started)).toBeLessThan(300 + 200);
+    } finally {
+      loop.stop();
+    }
   });
 });
+
+/** The bucket's stored tokens once they reach `expected` (a refund that follows a late reply), or after 5 s. */
+async function settledTokens(client: Redis, key: string, expected: number): Promise<number> {
+  const until = performance.now() + 5_000;
+  for (;;) {
+    const tokens = Number(await client.hget(key, 'tokens'));
+    if (Math.abs(tokens - expected) < 0.005 || performance.now() > until) return tokens;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
 
 describe('@Paced at its pace', () => {
   const scenario = redisScenario('acquire-paced');
