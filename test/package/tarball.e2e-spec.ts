@@ -1,7 +1,7 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import { FIXTURES, packTarball, ROOT, run, runOk, STEP_TIMEOUT } from './support/consumer.js';
+import { FIXTURES, packTarball, ROOT, run, runOk, SETUP_TIMEOUT, STEP_TIMEOUT } from './support/consumer.js';
 
 /** What `npm pack --workspace libs/rate-limit` puts in the tarball, and the contract in its package.json. */
 
@@ -27,7 +27,7 @@ describe('the packed tarball', () => {
   beforeAll(async () => {
     tarball = await packTarball();
     files = (await runOk('tar', ['-tzf', tarball], ROOT)).stdout.split('\n').filter(Boolean).sort();
-  }, 5 * 60_000);
+  }, SETUP_TIMEOUT);
 
   const extract = async (file: string) => (await runOk('tar', ['-xzOf', tarball, `package/${file}`], ROOT)).stdout;
 

@@ -13,11 +13,9 @@ import {
   run,
   type RunningApp,
   startConsumer,
+  SETUP_TIMEOUT,
   STEP_TIMEOUT,
 } from './consumer.js';
-
-/** The first run installs each fixture from the registry and packs the library: minutes, not seconds. */
-const SETUP_TIMEOUT = 10 * 60_000;
 
 export interface ConsumerFixture {
   /** The folder under test/package/fixtures. */

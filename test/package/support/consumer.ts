@@ -23,6 +23,12 @@ import { fileURLToPath } from 'node:url';
  */
 export const STEP_TIMEOUT = 5 * 60_000;
 
+/**
+ * The first run installs each fixture from the registry and packs the library (a build): minutes, not
+ * seconds. At nice 10 beside the timing project and 4 CPU-bound processes, a first pack took over 5.
+ */
+export const SETUP_TIMEOUT = 10 * 60_000;
+
 export const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 export const FIXTURES = join(ROOT, 'test/package/fixtures');
 const LIBRARY = join(ROOT, 'libs/rate-limit');
@@ -98,23 +104,22 @@ async function exists(path: string): Promise<boolean> {
 
 /**
  * Holds a lock directory while `work` runs. `npm pack` rebuilds libs/rate-limit/dist, so two packs of
- * this working tree must not overlap, whichever test file or run asks; a lock older than 2 minutes (a
- * pack takes seconds) is taken to be left over from a killed run.
+ * this working tree must not overlap, whichever test file or run asks. The lock holds its owner's pid: a
+ * lock whose owner is gone was left by a killed run and is taken over. A pack takes seconds on a quiet
+ * machine but minutes on a loaded one, so the lock's age says nothing; only a lock without a pid (its
+ * owner killed between the two writes) goes by age, after 2 minutes.
  */
 async function withLock<T>(lock: string, work: () => Promise<T>): Promise<T> {
-  const deadline = Date.now() + 10 * 60_000;
+  const deadline = Date.now() + SETUP_TIMEOUT;
   for (;;) {
     try {
       await mkdir(lock);
+      await writeFile(join(lock, 'pid'), String(process.pid));
       break;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const age = await stat(lock).then(
-        (s) => Date.now() - s.mtimeMs,
-        () => 0,
-      );
-      if (age > 2 * 60_000) await rm(lock, { recursive: true, force: true });
-      if (Date.now() > deadline) throw new Error(`Waited 10 minutes for ${lock}`);
+      if (await abandoned(lock)) await rm(lock, { recursive: true, force: true });
+      if (Date.now() > deadline) throw new Error(`Waited ${SETUP_TIMEOUT / 60_000} minutes for ${lock}`);
       await new Promise((resolve) => setTimeout(resolve, 250));
     }
   }
@@ -122,6 +127,25 @@ async function withLock<T>(lock: string, work: () => Promise<T>): Promise<T> {
     return await work();
   } finally {
     await rm(lock, { recursive: true, force: true });
+  }
+}
+
+/**
+ * A lock whose owner process is gone, or without a pid older than 2 minutes, or older than 30 (its pid
+ * reused by another process: no pack takes that long).
+ */
+async function abandoned(lock: string): Promise<boolean> {
+  const age = await stat(lock).then(
+    (s) => Date.now() - s.mtimeMs,
+    () => 0,
+  );
+  const pid = Number(await readFile(join(lock, 'pid'), 'utf8').catch(() => ''));
+  if (!(pid > 0)) return age > 2 * 60_000;
+  try {
+    process.kill(pid, 0);
+    return age > 30 * 60_000;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'ESRCH';
   }
 }
 
