@@ -16,7 +16,12 @@ export const LOOP_LIMIT_MS = 50;
  * so a stall right after it would go unseen). Instead a sampler reads its running count and sum every
  * `windowMs`: a window's lateness is (sum of intervals recorded in it) − (their count × resolution),
  * i.e. how long the loop stood still beyond its ticks, at least as large as the longest stall the
- * window saw.
+ * window saw. The histogram records nothing for the interval before its first tick (Node only sets
+ * its starting point then), so a stall that began as the watch started went unseen: beside 4 CPU-bound
+ * processes, two decisions took 242 ms against a deadline of 150 ms with 21 ms of loop delay measured,
+ * the loop held for ~70 ms between the first decision's write and the others' (which wait for the end of
+ * the turn and start their deadline then). Until the histogram holds an interval, a window's lateness is
+ * the sampler's own: how late its timer came.
  *
  * `over(from, to)` is the loop delay a task that ran from `from` to `to` may have suffered: the sum of
  * the lateness of the windows overlapping the span, and of the one window after them. A stall is
@@ -47,22 +52,25 @@ export function watchLoopDelay({ resolutionMs = 5, windowMs = 10 } = {}): LoopDe
   // [end of the window, lateness in it (ms)], in order; the window starts at the previous end.
   const windows: [at: number, lateMs: number][] = [];
   let last = { at: performance.now(), count: 0, sumNs: 0 };
-  const sample = () => {
+  const sample = (byTimer: boolean) => {
     const count = histogram.count;
     // `mean` is NaN while nothing is recorded.
     const sumNs = count === 0 ? 0 : histogram.mean * count;
     const at = performance.now();
     const intervals = count - last.count;
-    const lateMs = Math.max(0, (sumNs - last.sumNs) / 1e6 - intervals * resolutionMs);
+    let lateMs = Math.max(0, (sumNs - last.sumNs) / 1e6 - intervals * resolutionMs);
+    // No interval recorded yet: a stall since the start is not in the histogram (see above), but the
+    // sampler's own timer, due `windowMs` after the previous sample, was late by it.
+    if (count === 0 && byTimer) lateMs = Math.max(0, at - last.at - windowMs);
     windows.push([at, lateMs]);
     last = { at, count, sumNs };
   };
-  const sampler = setInterval(sample, windowMs);
+  const sampler = setInterval(() => sample(true), windowMs);
   const startedAt = last.at;
   let stopped = false;
   return {
     over(from, to) {
-      if (!stopped) sample();
+      if (!stopped) sample(false);
       if (from < startedAt) throw new Error('loop delay asked for a span that began before it was watched');
       let late = 0;
       for (let i = 0; i < windows.length; i++) {
@@ -78,7 +86,7 @@ export function watchLoopDelay({ resolutionMs = 5, windowMs = 10 } = {}): LoopDe
     worst: () => Math.max(0, ...windows.map(([, lateMs]) => lateMs)),
     stop() {
       if (stopped) return;
-      sample();
+      sample(false);
       stopped = true;
       clearInterval(sampler);
       histogram.disable();
