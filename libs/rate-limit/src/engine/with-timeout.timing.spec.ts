@@ -80,15 +80,23 @@ describe('Deadlines (one timer for every decision of a module)', () => {
     // 100 ms: a race that waited twice as long can exceed 100 + 30 + LOOP_LIMIT_MS only.
     const deadlines = new Deadlines(100);
     const loop = watchLoopDelay();
+    const loops: number[] = [];
     try {
-      const startedAt = performance.now();
-      await expect(deadlines.race(never())).rejects.toBeInstanceOf(RateLimitTimeoutError);
-      const endedAt = performance.now();
-      const loopMs = loop.over(startedAt, endedAt);
-      // No load here: a loop stalled longer than that says nothing about the timer.
-      expect(loopMs).toBeLessThanOrEqual(LOOP_LIMIT_MS);
-      expect(endedAt - startedAt).toBeGreaterThanOrEqual(99);
-      expect(endedAt - startedAt - loopMs).toBeLessThanOrEqual(100 + 30);
+      // A wait over which the loop stalled more than a quiet run's LOOP_LIMIT_MS says nothing about the
+      // timer (a machine busy with other work): it is measured again, up to 5 times.
+      for (let attempt = 0; attempt < 5; attempt++) {
+        const startedAt = performance.now();
+        await expect(deadlines.race(never())).rejects.toBeInstanceOf(RateLimitTimeoutError);
+        const endedAt = performance.now();
+        const loopMs = loop.over(startedAt, endedAt);
+        expect(endedAt - startedAt).toBeGreaterThanOrEqual(99);
+        expect(endedAt - startedAt - loopMs).toBeLessThanOrEqual(100 + 30);
+        if (loopMs <= LOOP_LIMIT_MS) return;
+        loops.push(loopMs);
+      }
+      throw new Error(
+        `inconclusive: the loop stalled ${loops.map((ms) => ms.toFixed(0)).join(', ')} ms over 5 waits (at most ${LOOP_LIMIT_MS} needed)`,
+      );
     } finally {
       loop.stop();
     }
@@ -180,6 +188,31 @@ describe('Deadlines (one timer for every decision of a module)', () => {
     await bEnded;
     await new Promise((resolve) => setImmediate(resolve));
     expect(order).toEqual(['a timed out', 'b timed out', 'next check phase']);
+  });
+
+  it('declares such a deadline at once in a process with nothing else to do (the expiry keeps the loop turning)', async () => {
+    // As above, with nothing of the test's own pending when a has timed out: an expiry queued for the next
+    // check phase but not holding the loop would let it sleep in its poll until some other timer or I/O
+    // woke it (801 ms late in a run of this file), and b would wait for that.
+    let now = 0;
+    const deadlines = new Deadlines(20, () => now);
+    setTimeout(() => (now = 20.5), 20);
+    const a = deadlines.race(never());
+    now = 1;
+    const b = deadlines.race(never());
+    setTimeout(() => (now = 25), 20);
+    const aEnded = a.catch(() => performance.now());
+    // Only this guard is left to wake the loop, 1 s on.
+    let guardFired = false;
+    const guard = setTimeout(() => (guardFired = true), 1_000);
+    try {
+      await expect(b).rejects.toBeInstanceOf(RateLimitTimeoutError);
+      const bEndedAt = performance.now();
+      expect(guardFired).toBe(false);
+      expect(bEndedAt - (await aEnded)).toBeLessThan(100);
+    } finally {
+      clearTimeout(guard);
+    }
   });
 
   it('raceSent never times out a call that settles before it is sent', async () => {

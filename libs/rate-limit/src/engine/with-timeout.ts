@@ -147,8 +147,10 @@ export class Deadlines {
     // A deadline that passed while this expiry waited for the poll phase (decisions written a moment
     // after the ones that expired): declared at the next check phase, after pending I/O has been read
     // once more, as the rule above wants; a timer, even of 1 ms, would first put the loop to sleep, and
-    // a process beside other CPU-bound work may wait long to be woken.
-    if (this.head.deadline <= now) this.timer = setImmediate(this.expire, now).unref();
+    // a process beside other CPU-bound work may wait long to be woken. Not unref'd: an unref'd immediate
+    // does not keep the loop from sleeping in its poll, so in a process with nothing else to do it ran
+    // only when some other timer or I/O woke the loop (hundreds of ms late); this one runs in the next turn.
+    if (this.head.deadline <= now) this.timer = setImmediate(this.expire, now);
     else this.arm(Math.max(1, Math.ceil(this.head.deadline - now)));
   };
 }
