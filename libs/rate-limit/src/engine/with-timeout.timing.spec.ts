@@ -50,6 +50,23 @@ function blockFor(ms: number): void {
  */
 const inCheckPhase = <T>(arrange: () => T) => new Promise<T>((resolve) => setImmediate(() => resolve(arrange())));
 
+/**
+ * Two hung races on a test's clock: a's deadline is 20 and b's 21; the timer fires at 20.5 (a is due, b
+ * not yet), and by the time its expiry runs, after the poll phase, the clock reads 25: b's deadline has
+ * passed as well.
+ */
+function twoDeadlinesAMomentApart(): { a: Promise<never>; b: Promise<never> } {
+  let now = 0;
+  const deadlines = new Deadlines(20, () => now);
+  // Timers of one duration run in the order they were set: this one just before the module's, at 20.
+  setTimeout(() => (now = 20.5), 20);
+  const a = deadlines.race(never());
+  now = 1;
+  const b = deadlines.race(never());
+  setTimeout(() => (now = 25), 20);
+  return { a, b };
+}
+
 describe('Deadlines (one timer for every decision of a module)', () => {
   it('settles like the reply that reached the socket before the deadline, even when the loop reads it only after the deadline', async () => {
     const deadlines = new Deadlines(20);
@@ -167,16 +184,7 @@ describe('Deadlines (one timer for every decision of a module)', () => {
   });
 
   it('declares a deadline that passed while the expiry waited for the poll at the next check phase, not after another timer', async () => {
-    // The test's clock: a's deadline is 20 and b's 21; the timer fires at 20.5 (a is due, b not yet), and by
-    // the time its expiry runs, after the poll phase, the clock reads 25: b's deadline has passed as well.
-    let now = 0;
-    const deadlines = new Deadlines(20, () => now);
-    // Timers of one duration run in the order they were set: this one just before the module's, at 20.
-    setTimeout(() => (now = 20.5), 20);
-    const a = deadlines.race(never());
-    now = 1;
-    const b = deadlines.race(never());
-    setTimeout(() => (now = 25), 20);
+    const { a, b } = twoDeadlinesAMomentApart();
     const order: string[] = [];
     const bEnded = b.catch((error: unknown) => void order.push(error instanceof RateLimitTimeoutError ? 'b timed out' : 'b failed'));
     await a.catch((error: unknown) => {
@@ -194,13 +202,7 @@ describe('Deadlines (one timer for every decision of a module)', () => {
     // As above, with nothing of the test's own pending when a has timed out: an expiry queued for the next
     // check phase but not holding the loop would let it sleep in its poll until some other timer or I/O
     // woke it (801 ms late in a run of this file), and b would wait for that.
-    let now = 0;
-    const deadlines = new Deadlines(20, () => now);
-    setTimeout(() => (now = 20.5), 20);
-    const a = deadlines.race(never());
-    now = 1;
-    const b = deadlines.race(never());
-    setTimeout(() => (now = 25), 20);
+    const { a, b } = twoDeadlinesAMomentApart();
     const aEnded = a.catch(() => performance.now());
     // Only this guard is left to wake the loop, 1 s on.
     let guardFired = false;
