@@ -283,3 +283,9 @@ export async function tokensOf(client: Pick<Redis, 'hget'> | Pick<Cluster, 'hget
   if (value === null) throw new Error(`no bucket at ${key}: the key does not exist in Redis`);
   return Number(value);
 }
+
+/** Redis' clock in whole ms: the clock the script refills by and stamps `ts` with. */
+export async function redisNow(client: Pick<Redis, 'time'>): Promise<number> {
+  const [seconds, micros] = await client.time();
+  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+}

@@ -3,7 +3,7 @@ import request from 'supertest';
 import type { RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../../support/app.js';
 import { type Answer, timedGet } from '../../support/load.js';
-import { redisUrl } from '../../support/redis.js';
+import { redisNow, redisUrl } from '../../support/redis.js';
 import { redisScenario } from '../../support/scenario.js';
 import { headersAppModule } from './app.module.js';
 
@@ -40,23 +40,17 @@ describe.each(PLATFORMS)('rate-limit headers on %s', (platform) => {
     return app;
   }
 
-  /** Redis's clock in ms: the clock the script refills by. */
-  async function redisMs(): Promise<number> {
-    const [seconds, micros] = await scenario.client.time();
-    return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
-  }
-
   /**
    * A denial's Retry-After counts down one per second of refill: a bucket `wait` seconds of refill short
    * of the cost when the scenario's first request took its tokens answers ceil(wait - T), T the seconds
-   * of Redis time since then (a floor would give one less). `scenario` starts a fresh app, sends its
+   * of Redis time since then (a floor would give one less). `requests` starts a fresh app, sends its
    * requests and answers the denial; two reads of Redis's clock around it bound T. Within 1 s (the usual
    * case) the bounds pin the value to exactly `wait`; a slower run is held to ceil(wait - T) at the least.
    */
-  async function expectRetryAfter(wait: number, scenario: () => Promise<request.Response>): Promise<request.Response> {
-    const before = await redisMs();
-    const denied = await scenario();
-    const spanMs = (await redisMs()) - before;
+  async function expectRetryAfter(wait: number, requests: () => Promise<request.Response>): Promise<request.Response> {
+    const before = await redisNow(scenario.client);
+    const denied = await requests();
+    const spanMs = (await redisNow(scenario.client)) - before;
     expect(denied.status).toBe(429);
     expect(denied.headers['retry-after']).toMatch(/^\d+$/);
     const retryAfter = Number(denied.headers['retry-after']);

@@ -2,7 +2,7 @@ import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import { BucketService, Paced, RateLimitModule, RateLimitWaitTooLongError, RedisBucketStore } from 'nest-redis-rate-limit';
-import { commandCalls, RedisServer, redisUrl } from '../../support/redis.js';
+import { commandCalls, RedisServer, redisNow, redisUrl } from '../../support/redis.js';
 import { redisScenario } from '../../support/scenario.js';
 
 /**
@@ -18,12 +18,6 @@ async function serviceOn(redis: string, keyPrefix: string, extra: Record<string,
   moduleRef.useLogger(false);
   await moduleRef.init();
   return moduleRef;
-}
-
-/** Redis' clock, in whole ms. */
-async function redisNow(client: Redis): Promise<number> {
-  const [seconds, micros] = await client.time();
-  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
 }
 
 /** The stored fields of a bucket. */
