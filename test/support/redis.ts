@@ -17,8 +17,26 @@ import { isRunning, killChild, signalChild, spawnChild } from './children.js';
 /** Answers whether PING succeeds at `url` within `timeoutMs`. */
 export const pingRedis = redisAnswers;
 
-/** A free TCP port on the loopback interface. */
-export function freePort(): Promise<number> {
+/** Ports `freePort` handed out in this process: never twice, so that servers started at once never race for one. */
+const handedOut = new Set<number>();
+
+/**
+ * A free TCP port on the loopback interface, never one handed out before in this process. It is free when
+ * asked, not reserved: another process, or an outgoing connection (its local port comes from the same
+ * range), may take it before a server binds it. The starts below try again on another port when that
+ * happens (`START_TRIES`).
+ */
+export async function freePort(): Promise<number> {
+  for (;;) {
+    const port = await anyFreePort();
+    if (!handedOut.has(port)) {
+      handedOut.add(port);
+      return port;
+    }
+  }
+}
+
+function anyFreePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.unref();
@@ -34,6 +52,15 @@ export function hasRedisServerBinary(): boolean {
   return spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).status === 0;
 }
 
+/**
+ * Starts of a server (or a Sentinel deployment) on free ports before the test fails: a process that exits
+ * at once on a port `freePort` found free most likely lost it to another process meanwhile.
+ */
+export const START_TRIES = 3;
+
+/** A `redis-server` that exited before it answered: on a port just found free, most likely because it was taken. */
+export class ExitedAtStartUp extends Error {}
+
 /** A `redis-server` of the test's own, on a free port, keeping nothing on disk. */
 export class RedisServer {
   private child?: ChildProcess;
@@ -43,11 +70,23 @@ export class RedisServer {
     private readonly extraArgs: string[],
   ) {}
 
-  /** A server on a free port, answering PING (see `start()`: on failure it is killed, then this throws). */
-  static async start(extraArgs: string[] = [], startTimeoutMs?: number): Promise<RedisServer> {
-    const server = new RedisServer(await freePort(), extraArgs);
-    await server.start(startTimeoutMs);
-    return server;
+  /**
+   * A server on a free port (from `port`), answering PING. One that exits at once is started again on
+   * another port, up to START_TRIES starts (see `start()`: on failure it is killed, then this throws).
+   */
+  static async start(extraArgs: string[] = [], startTimeoutMs?: number, port: () => Promise<number> = freePort): Promise<RedisServer> {
+    const exits: string[] = [];
+    for (;;) {
+      const server = new RedisServer(await port(), extraArgs);
+      try {
+        await server.start(startTimeoutMs);
+        return server;
+      } catch (error) {
+        if (!(error instanceof ExitedAtStartUp)) throw error;
+        exits.push(error.message);
+        if (exits.length === START_TRIES) throw new ExitedAtStartUp(`${START_TRIES} starts failed: ${exits.join('; ')}`);
+      }
+    }
   }
 
   /** A server that asks for `password` (started without one, so that the start can see it answer). */
@@ -84,13 +123,15 @@ export class RedisServer {
     child.once('error', (error) => (spawnError = error));
     const deadline = Date.now() + startTimeoutMs;
     let failure: string;
+    let exited = false;
     for (;;) {
       if (spawnError) {
         failure = `could not be started: ${spawnError.message}`;
         break;
       }
       if (!isRunning(child)) {
-        failure = `exited with ${child.exitCode ?? child.signalCode}`;
+        failure = `exited with ${child.exitCode ?? child.signalCode} before it answered`;
+        exited = true;
         break;
       }
       if (await pingRedis(this.url, 500)) return;
@@ -101,7 +142,8 @@ export class RedisServer {
       await new Promise((r) => setTimeout(r, 50));
     }
     await killChild(child);
-    throw new Error(`redis-server (pid ${child.pid}) on port ${this.port} ${failure}`);
+    const message = `redis-server (pid ${child.pid}) on port ${this.port} ${failure}`;
+    throw exited ? new ExitedAtStartUp(message) : new Error(message);
   }
 
   /** Sends a signal (SIGKILL to crash it, SIGSTOP / SIGCONT to freeze and thaw it). */

@@ -1,11 +1,12 @@
 import type { ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { isRunning, killChild, signalChild, spawnChild } from './children.js';
-import { freePort, pingRedis } from './redis.js';
+import { ExitedAtStartUp, freePort, pingRedis, START_TRIES } from './redis.js';
 
 /**
  * A local Sentinel deployment for tests: a master and a replica (`redis-server --replicaof`), and three
@@ -30,6 +31,8 @@ class Node {
   constructor(
     readonly port: number,
     readonly child: ChildProcess,
+    /** Where it logs: why it exited, when it did. */
+    readonly logFile: string,
   ) {}
 
   get url(): string {
@@ -45,9 +48,11 @@ class Node {
   }
 }
 
-async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
+/** Waits until `check` answers true; `failIf` throws at once when waiting longer is pointless (a process exited). */
+async function waitFor(what: string, check: () => Promise<boolean>, failIf: () => void, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
+    failIf();
     if (await check().catch(() => false)) return;
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -90,34 +95,53 @@ export class LocalSentinels {
    * about 5 s, Sentinel's hello messages go every 2 s). With `{ failover: false }`, only until every
    * process answers: enough for a test in which the master stays where it is.
    */
-  static async start({ failover = true }: { failover?: boolean } = {}): Promise<LocalSentinels> {
+  static async start({
+    failover = true,
+    port = freePort,
+  }: { failover?: boolean; port?: () => Promise<number> } = {}): Promise<LocalSentinels> {
+    const exits: string[] = [];
+    for (;;) {
+      try {
+        return await LocalSentinels.startOnce(failover, port);
+      } catch (error) {
+        if (!(error instanceof ExitedAtStartUp)) throw error;
+        exits.push(error.message);
+        if (exits.length === START_TRIES)
+          throw new ExitedAtStartUp(`local Sentinel deployment: ${START_TRIES} starts failed: ${exits.join('; ')}`);
+      }
+    }
+  }
+
+  /** One start on five ports from `port`; throws ExitedAtStartUp when a process exits (its port was taken, most likely). */
+  private static async startOnce(failover: boolean, port: () => Promise<number>): Promise<LocalSentinels> {
     const dir = await mkdtemp(join(tmpdir(), 'rl-test-sentinel-'));
     const ports: number[] = [];
     while (ports.length < 5) {
-      const port = await freePort();
-      if (!ports.includes(port)) ports.push(port);
+      const next = await port();
+      if (!ports.includes(next)) ports.push(next);
     }
-    const server = (port: number, extra: string[] = []) =>
+    const logFile = (p: number) => join(dir, `${p}.log`);
+    const server = (p: number, extra: string[] = []) =>
       spawnChild(
         'redis-server',
-        ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extra],
-        {
-          stdio: 'ignore',
-        },
+        ['--port', String(p), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--logfile', logFile(p), ...extra],
+        { stdio: 'ignore' },
       );
-    const children: ChildProcess[] = [];
     const deployment = new LocalSentinels([], [], dir);
     try {
-      children.push(server(ports[0]), server(ports[1], ['--replicaof', '127.0.0.1', String(ports[0])]));
-      deployment.servers.push(new Node(ports[0], children[0]), new Node(ports[1], children[1]));
-      for (const port of ports.slice(2)) {
-        const file = join(dir, `sentinel-${port}.conf`);
+      deployment.servers.push(
+        new Node(ports[0], server(ports[0]), logFile(ports[0])),
+        new Node(ports[1], server(ports[1], ['--replicaof', '127.0.0.1', String(ports[0])]), logFile(ports[1])),
+      );
+      for (const p of ports.slice(2)) {
+        const file = join(dir, `sentinel-${p}.conf`);
         await writeFile(
           file,
           [
-            `port ${port}`,
+            `port ${p}`,
             'bind 127.0.0.1',
             `dir ${dir}`,
+            `logfile ${logFile(p)}`,
             `sentinel monitor ${MASTER_NAME} 127.0.0.1 ${ports[0]} 2`,
             `sentinel down-after-milliseconds ${MASTER_NAME} ${DOWN_AFTER_MS}`,
             `sentinel failover-timeout ${MASTER_NAME} ${FAILOVER_TIMEOUT_MS}`,
@@ -125,11 +149,9 @@ export class LocalSentinels {
             '',
           ].join('\n'),
         );
-        const child = spawnChild('redis-server', [file, '--sentinel'], { stdio: 'ignore' });
-        children.push(child);
-        deployment.sentinels.push(new Node(port, child));
+        deployment.sentinels.push(new Node(p, spawnChild('redis-server', [file, '--sentinel'], { stdio: 'ignore' }), logFile(p)));
       }
-      for (const child of children) child.unref();
+      for (const node of [...deployment.servers, ...deployment.sentinels]) node.child.unref();
       await deployment.ready(failover);
       return deployment;
     } catch (error) {
@@ -138,28 +160,51 @@ export class LocalSentinels {
     }
   }
 
+  /** Throws ExitedAtStartUp, naming the process and the last line it logged, when one of them exited. */
+  private failIfExited(): void {
+    const exited = [...this.servers, ...this.sentinels].find((n) => !isRunning(n.child));
+    if (exited === undefined) return;
+    const role = this.sentinels.includes(exited) ? 'sentinel' : exited === this.master ? 'master' : 'replica';
+    let said = '';
+    try {
+      said = readFileSync(exited.logFile, 'utf8').trim().split('\n').pop() ?? '';
+    } catch {
+      // It logged nothing.
+    }
+    throw new ExitedAtStartUp(
+      `the ${role} on port ${exited.port} exited with ${exited.child.exitCode ?? exited.child.signalCode} at start-up` +
+        (said ? ` (it logged: ${said})` : ''),
+    );
+  }
+
   private async ready(failover: boolean): Promise<void> {
     const all = [...this.servers, ...this.sentinels];
-    await waitFor('every process answers PING', async () => {
-      if (all.some((n) => !isRunning(n.child))) throw new Error('a process of the deployment exited at start-up');
-      return (await Promise.all(all.map((n) => pingRedis(n.url, 500)))).every(Boolean);
-    });
+    const failIf = () => this.failIfExited();
+    await waitFor(
+      'every process answers PING',
+      async () => (await Promise.all(all.map((n) => pingRedis(n.url, 500)))).every(Boolean),
+      failIf,
+    );
     if (!failover) return;
-    await waitFor('the replica in sync and known to every sentinel, every sentinel known to the others', async () => {
-      const replication = await this.ask(this.replica.port, (c) => c.info('replication'));
-      if (!/master_link_status:up/.test(String(replication))) return false;
-      const known = await Promise.all(
-        this.sentinels.map((s) =>
-          this.ask(s.port, async (c) => {
-            const replicas = (await c.call('SENTINEL', 'REPLICAS', MASTER_NAME)) as unknown[];
-            const others = (await c.call('SENTINEL', 'SENTINELS', MASTER_NAME)) as unknown[];
-            const replicaOk = replicas.map(fields).some((r) => Number(r.port) === this.replica.port && r.flags === 'slave');
-            return replicaOk && others.length === 2;
-          }),
-        ),
-      );
-      return known.every(Boolean);
-    });
+    await waitFor(
+      'the replica in sync and known to every sentinel, every sentinel known to the others',
+      async () => {
+        const replication = await this.ask(this.replica.port, (c) => c.info('replication'));
+        if (!/master_link_status:up/.test(String(replication))) return false;
+        const known = await Promise.all(
+          this.sentinels.map((s) =>
+            this.ask(s.port, async (c) => {
+              const replicas = (await c.call('SENTINEL', 'REPLICAS', MASTER_NAME)) as unknown[];
+              const others = (await c.call('SENTINEL', 'SENTINELS', MASTER_NAME)) as unknown[];
+              const replicaOk = replicas.map(fields).some((r) => Number(r.port) === this.replica.port && r.flags === 'slave');
+              return replicaOk && others.length === 2;
+            }),
+          ),
+        );
+        return known.every(Boolean);
+      },
+      failIf,
+    );
   }
 
   /** Runs `fn` on a throwaway connection to 127.0.0.1:`port`. */
