@@ -203,10 +203,11 @@ describe('BucketService.acquire() against Redis', () => {
       expect(await partner.fetch('acme', 3)).toBe('acme 3');
       expect(await partner.fetch('acme', 4)).toBe('acme 4');
       expect(await partner.fetch('globex', 1)).toBe('globex 1');
-      // 10 - 3 - 4, and what refilled between the two writes (at most the time since `before`).
+      // 10 - 3 - 4, and what refilled between the two writes (at most the time since `before`), within
+      // the rounding of the stored double (a quiet run read 3.0010000000000003 for 1 ms of refill).
       const acme = await stored(scenario.client, `${ownPrefix}{partner:acme}`);
       expect(acme.tokens).toBeGreaterThanOrEqual(3);
-      expect(acme.tokens).toBeLessThanOrEqual(3 + (acme.ts - before) / 1000);
+      expect(acme.tokens).toBeLessThanOrEqual(3 + (acme.ts - before) / 1000 + 1e-9);
       const globex = await stored(scenario.client, `${ownPrefix}{partner:globex}`);
       expect(globex.tokens).toBe(9);
       // Ten pages with nine tokens at the stamp: the method runs only once the tenth has refilled, 1 s after it.
