@@ -28,8 +28,9 @@ import { renice } from './priority.mjs';
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
 /**
  * The niceness of the check and the package project beside the timing project: 10 gives a timing file
- * about ten times their CPU when both want it. Not 19: beside other CPU-bound work at normal priority (4 such processes in the
- * load test of CONTRIBUTING.md) a nice-19 project gets under 1 % of the CPU and its steps time out.
+ * about ten times their CPU when both want it. Not 19: beside other CPU-bound work at normal priority
+ * (4 such processes in the load test of CONTRIBUTING.md) a nice-19 project gets under 1 % of the CPU
+ * and its steps time out.
  */
 const NICE = 10;
 

@@ -61,6 +61,20 @@ export const START_TRIES = 3;
 /** A `redis-server` that exited before it answered: on a port just found free, most likely because it was taken. */
 export class ExitedAtStartUp extends Error {}
 
+/** `start()` (on new free ports each time) until it does not throw ExitedAtStartUp, START_TRIES times at most. */
+export async function startOnFreePorts<T>(start: () => Promise<T>, what = ''): Promise<T> {
+  const exits: string[] = [];
+  for (;;) {
+    try {
+      return await start();
+    } catch (error) {
+      if (!(error instanceof ExitedAtStartUp)) throw error;
+      exits.push(error.message);
+      if (exits.length === START_TRIES) throw new ExitedAtStartUp(`${what}${START_TRIES} starts failed: ${exits.join('; ')}`);
+    }
+  }
+}
+
 /** A `redis-server` of the test's own, on a free port, keeping nothing on disk. */
 export class RedisServer {
   private child?: ChildProcess;
@@ -74,19 +88,12 @@ export class RedisServer {
    * A server on a free port (from `port`), answering PING. One that exits at once is started again on
    * another port, up to START_TRIES starts (see `start()`: on failure it is killed, then this throws).
    */
-  static async start(extraArgs: string[] = [], startTimeoutMs?: number, port: () => Promise<number> = freePort): Promise<RedisServer> {
-    const exits: string[] = [];
-    for (;;) {
+  static start(extraArgs: string[] = [], startTimeoutMs?: number, port: () => Promise<number> = freePort): Promise<RedisServer> {
+    return startOnFreePorts(async () => {
       const server = new RedisServer(await port(), extraArgs);
-      try {
-        await server.start(startTimeoutMs);
-        return server;
-      } catch (error) {
-        if (!(error instanceof ExitedAtStartUp)) throw error;
-        exits.push(error.message);
-        if (exits.length === START_TRIES) throw new ExitedAtStartUp(`${START_TRIES} starts failed: ${exits.join('; ')}`);
-      }
-    }
+      await server.start(startTimeoutMs);
+      return server;
+    });
   }
 
   /** A server that asks for `password` (started without one, so that the start can see it answer). */

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { isRunning, killChild, signalChild, spawnChild } from './children.js';
-import { ExitedAtStartUp, freePort, pingRedis, START_TRIES } from './redis.js';
+import { ExitedAtStartUp, freePort, pingRedis, startOnFreePorts } from './redis.js';
 
 /**
  * A local Sentinel deployment for tests: a master and a replica (`redis-server --replicaof`), and three
@@ -99,17 +99,7 @@ export class LocalSentinels {
     failover = true,
     port = freePort,
   }: { failover?: boolean; port?: () => Promise<number> } = {}): Promise<LocalSentinels> {
-    const exits: string[] = [];
-    for (;;) {
-      try {
-        return await LocalSentinels.startOnce(failover, port);
-      } catch (error) {
-        if (!(error instanceof ExitedAtStartUp)) throw error;
-        exits.push(error.message);
-        if (exits.length === START_TRIES)
-          throw new ExitedAtStartUp(`local Sentinel deployment: ${START_TRIES} starts failed: ${exits.join('; ')}`);
-      }
-    }
+    return startOnFreePorts(() => LocalSentinels.startOnce(failover, port), 'local Sentinel deployment: ');
   }
 
   /** One start on five ports from `port`; throws ExitedAtStartUp when a process exits (its port was taken, most likely). */
