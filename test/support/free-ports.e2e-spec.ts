@@ -31,7 +31,7 @@ describe('servers of the tests own, on a port taken meanwhile', () => {
     };
   }
 
-  it('freePort never hands out a port twice in a process', async () => {
+  it('freePort never hands out a port twice', async () => {
     const ports = [];
     for (let i = 0; i < 100; i++) ports.push(await freePort());
     expect(new Set(ports).size).toBe(100);

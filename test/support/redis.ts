@@ -17,11 +17,14 @@ import { isRunning, killChild, signalChild, spawnChild } from './children.js';
 /** Answers whether PING succeeds at `url` within `timeoutMs`. */
 export const pingRedis = redisAnswers;
 
-/** Ports `freePort` handed out in this process: never twice, so that servers started at once never race for one. */
+/**
+ * Ports `freePort` handed out by this module: never twice, so that servers a test file starts at once never race
+ * for one (jest loads the module once per test file; the files of a worker run one after the other).
+ */
 const handedOut = new Set<number>();
 
 /**
- * A free TCP port on the loopback interface, never one handed out before in this process. It is free when
+ * A free TCP port on the loopback interface, never one handed out before by this module. It is free when
  * asked, not reserved: another process, or an outgoing connection (its local port comes from the same
  * range), may take it before a server binds it. The starts below try again on another port when that
  * happens (`START_TRIES`).
