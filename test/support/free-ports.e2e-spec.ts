@@ -1,5 +1,5 @@
 import { createServer, type Server } from 'node:net';
-import { freePort, pingRedis, RedisServer, START_TRIES } from './redis.js';
+import { freePort, neverTwice, pingRedis, RedisServer, START_TRIES } from './redis.js';
 import { LocalSentinels } from './sentinel.js';
 
 /**
@@ -31,11 +31,14 @@ describe('servers of the tests own, on a port taken meanwhile', () => {
     };
   }
 
-  it('freePort never hands out a port twice', async () => {
-    const ports = [];
-    for (let i = 0; i < 100; i++) ports.push(await freePort());
-    expect(new Set(ports).size).toBe(100);
-    expect(ports).not.toContain(taken);
+  it('freePort never hands out a port twice, even when the system gives one again', async () => {
+    const given = [40001, 40001, 40002, 40001, 40003];
+    const ports = neverTwice(async () => given.shift()!);
+    expect([await ports(), await ports(), await ports()]).toEqual([40001, 40002, 40003]);
+    const free = [];
+    for (let i = 0; i < 100; i++) free.push(await freePort());
+    expect(new Set(free).size).toBe(100);
+    expect(free).not.toContain(taken);
   });
 
   it('RedisServer.start starts again on another port', async () => {

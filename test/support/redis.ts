@@ -18,10 +18,22 @@ import { isRunning, killChild, signalChild, spawnChild } from './children.js';
 export const pingRedis = redisAnswers;
 
 /**
- * Ports `freePort` handed out by this module: never twice, so that servers a test file starts at once never race
- * for one (jest loads the module once per test file; the files of a worker run one after the other).
+ * `source`'s ports, never one twice: what `source` gives again is skipped. freePort is one such source
+ * for the whole module, so that servers a test file starts at once never race for one port (jest loads
+ * the module once per test file; the files of a worker run one after the other).
  */
-const handedOut = new Set<number>();
+export function neverTwice(source: () => Promise<number>): () => Promise<number> {
+  const handedOut = new Set<number>();
+  return async () => {
+    for (;;) {
+      const port = await source();
+      if (!handedOut.has(port)) {
+        handedOut.add(port);
+        return port;
+      }
+    }
+  };
+}
 
 /**
  * A free TCP port on the loopback interface, never one handed out before by this module. It is free when
@@ -29,15 +41,7 @@ const handedOut = new Set<number>();
  * range), may take it before a server binds it. The starts below try again on another port when that
  * happens (`START_TRIES`).
  */
-export async function freePort(): Promise<number> {
-  for (;;) {
-    const port = await anyFreePort();
-    if (!handedOut.has(port)) {
-      handedOut.add(port);
-      return port;
-    }
-  }
-}
+export const freePort = neverTwice(anyFreePort);
 
 function anyFreePort(): Promise<number> {
   return new Promise((resolve, reject) => {
