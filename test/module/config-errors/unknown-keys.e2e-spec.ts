@@ -24,6 +24,8 @@ describe('an unknown key in the module options stops the start while the module 
     [{ keys: { apikeyHeader: 'x-key' } }, 'RateLimitModule: unknown key "apikeyHeader" in keys (did you mean "apiKeyHeader"?)'],
     [{ keys: { userId: () => '1' } }, 'RateLimitModule: unknown key "userId" in keys (did you mean "user"?)'],
     [{ allowList: { ip: ['10.0.0.1'] } }, 'RateLimitModule: unknown key "ip" in allowList (did you mean "ips"?)'],
+    [{ acquire: { maxWait: 5000 } }, 'RateLimitModule: unknown key "maxWait" in acquire (did you mean "maxWaitMs"?)'],
+    [{ acquire: { maxWaiting: 5, ttl: 1 } }, 'RateLimitModule: unknown key "ttl" in acquire (known keys: maxWaitMs, maxWaiting)'],
   ])('refuses %j', async (options, message) => {
     expect(await startUp(appWith(options))).toEqual({ phase: 'compile', message });
   });
