@@ -81,6 +81,24 @@ describe('BucketService.acquire() against Redis', () => {
     expect(await scenario.client.hgetall(`${prefix}{too-long}`)).toEqual(before);
   });
 
+  it('rounds the refused wait up to whole seconds: 1.4 s less the time since the bucket emptied is a retryAfterSeconds of 2', async () => {
+    // 7 tokens at 5/s: emptied, the next 7 come 1,400 ms after the stamp. Within the 400 ms after it, the
+    // wait is from 1,001 to 1,400 ms: Math.ceil gives 2 s, Math.round would give 1 s (sooner than the tokens).
+    const policy = { capacity: 7, refillPerSecond: 5 };
+    await buckets.acquire('round-up', policy, { cost: 7 });
+    const emptied = await stored(scenario.client, `${prefix}{round-up}`);
+    const error = await buckets.acquire('round-up', policy, { cost: 7, maxWaitMs: 500 }).catch((e: unknown) => e);
+    const decidedBy = await redisNow(scenario.client);
+    expect(error).toBeInstanceOf(RateLimitWaitTooLongError);
+    const { waitMs, retryAfterSeconds } = error as RateLimitWaitTooLongError;
+    expect(waitMs).toBeLessThanOrEqual(1400);
+    expect(waitMs).toBeGreaterThanOrEqual(1400 - (decidedBy - emptied.ts));
+    // The precondition of the case: a wait that Math.round and Math.ceil tell apart (a machine that took
+    // 400 ms between two calls would make it a wait of 1 s, which both round alike).
+    expect(waitMs).toBeGreaterThan(1000);
+    expect(retryAfterSeconds).toBe(2);
+  });
+
   it('makes consume() behind reservations refuse, with a Retry-After that counts them', async () => {
     await buckets.acquire('queue', SLOW, { cost: 2 });
     const emptied = await stored(scenario.client, `${prefix}{queue}`);

@@ -1,7 +1,14 @@
 import { ServiceUnavailableException } from '@nestjs/common';
 import { inspect } from 'node:util';
 import { ERROR_REFERENCE, RATE_LIMIT_ERROR_CODES, referenceOf } from './error-codes.js';
-import { RateLimitConfigError, RateLimitError, RateLimitTimeoutError, RateLimitUnavailableError, reasonOf } from './rate-limit.errors.js';
+import {
+  RateLimitConfigError,
+  RateLimitError,
+  RateLimitTimeoutError,
+  RateLimitUnavailableError,
+  RateLimitWaitTooLongError,
+  reasonOf,
+} from './rate-limit.errors.js';
 
 const REASON = 'RateLimitModule: unknown key "failuremode" in the options (did you mean "failureMode"?)';
 
@@ -58,6 +65,28 @@ describe('the errors at run time keep their message and carry a code', () => {
     expect(error.message).toBe('token-bucket script: expected an array, got 1');
     expect(error.code).toBe('ERR_RATE_LIMIT_STORE_CONTRACT');
   });
+
+  it.each([
+    [1, 1],
+    [999, 1],
+    [1000, 1],
+    [1001, 2],
+    [1400, 2],
+    [1499, 2],
+    [2000, 2],
+    [2001, 3],
+    [59_001, 60],
+  ])(
+    'RateLimitWaitTooLongError: a wait of %i ms is a Retry-After of %i s (rounded up: never sooner than the tokens)',
+    (waitMs, seconds) => {
+      const error = new RateLimitWaitTooLongError(waitMs, 500, 'partner');
+      expect(error).toBeInstanceOf(RateLimitError);
+      expect(error.name).toBe('RateLimitWaitTooLongError');
+      expect(error.code).toBe('ERR_RATE_LIMIT_WAIT_TOO_LONG');
+      expect(error.message).toBe(`bucket "partner": the tokens come in ${waitMs} ms, more than maxWaitMs 500`);
+      expect(error).toMatchObject({ waitMs, maxWaitMs: 500, retryAfterSeconds: seconds });
+    },
+  );
 
   it('RateLimitUnavailableError: a 503 whose body is unchanged', () => {
     const error = new RateLimitUnavailableError('failureMode is closed');
