@@ -1,7 +1,14 @@
 import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
-import { BucketService, Paced, RateLimitModule, RateLimitWaitTooLongError, RedisBucketStore } from 'nest-redis-rate-limit';
+import {
+  BucketService,
+  Paced,
+  type RateLimitConfigError,
+  RateLimitModule,
+  RateLimitWaitTooLongError,
+  RedisBucketStore,
+} from 'nest-redis-rate-limit';
 import { commandCalls, RedisServer, redisNow, redisUrl } from '../../support/redis.js';
 import { redisScenario } from '../../support/scenario.js';
 
@@ -155,6 +162,17 @@ describe('BucketService.acquire() against Redis', () => {
     await expect(buckets.acquire('x', SLOW, { maxWait: 5 } as never)).rejects.toMatchObject({ code: 'ERR_RATE_LIMIT_UNKNOWN_OPTION' });
     await expect(buckets.acquire('x', SLOW, { maxWaitMs: 60_001 })).rejects.toMatchObject({ code: 'ERR_RATE_LIMIT_INVALID_OPTION' });
     await expect(buckets.acquire('x', SLOW, { cost: 3 })).rejects.toMatchObject({ code: 'ERR_RATE_LIMIT_INVALID_POLICY' });
+  });
+
+  it.each([
+    ['an object that is no AbortSignal', { aborted: false, addEventListener() {} }, 'signal must be an AbortSignal (got [object Object])'],
+    ['an AbortController', new AbortController(), 'signal must be an AbortSignal (got [object AbortController])'],
+    ['a string', 'abort', 'signal must be an AbortSignal (got "abort")'],
+  ])('refuses %s as the signal with ERR_RATE_LIMIT_INVALID_OPTION, reserving nothing', async (_, signal, says) => {
+    const error = await buckets.acquire('bad-signal', SLOW, { signal: signal as never }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ name: 'RateLimitConfigError', code: 'ERR_RATE_LIMIT_INVALID_OPTION' });
+    expect((error as RateLimitConfigError).reason).toBe(`BucketService.acquire("bad-signal"): ${says}`);
+    expect(await scenario.client.exists(`${prefix}{bad-signal}`)).toBe(0);
   });
 
   it('keeps a penalty and reservations of one bucket: neither undoes the other', async () => {
