@@ -11,8 +11,10 @@ import {
   type ModelOutcome,
   type ModelPolicy,
   type ModelRequest,
+  type ModelMark,
   modelTtlMs,
 } from '../../../libs/rate-limit/src/testing/bucket-model.js';
+import type { DecisionExtra } from '../../../libs/rate-limit/src/stores/redis/coalescer.js';
 import {
   type Damage,
   KEYS,
@@ -122,19 +124,27 @@ interface StoredBucket {
   expiresAt?: number;
   blockedUntil?: number | string;
   w?: number | string;
+  d?: number | string;
 }
 
 interface Lane {
   readonly name: string;
   readonly model: BucketModel;
   /** Runs one call, compares it with the model; answers the implementation's result. */
-  call(requests: ModelRequest[], mode: ModelMode, now: number, step: number, reserve?: Reserve): Promise<TakeResult & PenaltyReport>;
+  call(
+    requests: ModelRequest[],
+    mode: ModelMode,
+    now: number,
+    step: number,
+    reserve?: Reserve,
+    mark?: ModelMark,
+  ): Promise<TakeResult & PenaltyReport>;
   reset(key: string): Promise<void>;
   corrupt(key: string, fields: Record<Field, Written | undefined>, now: number, policy: ModelPolicy): Promise<void>;
 }
 
-type Field = 'tokens' | 'ts' | 'b' | 'w';
-const FIELDS = ['b', 'tokens', 'ts', 'w'] as const;
+type Field = 'tokens' | 'ts' | 'b' | 'w' | 'd';
+const FIELDS = ['b', 'd', 'tokens', 'ts', 'w'] as const;
 
 /** A reservation's numbers (acquire): the call's longest wait and the longest wait of any call, in ms. */
 interface Reserve {
@@ -149,8 +159,9 @@ function expectedOf(
   mode: ModelMode,
   now: number,
   reserve: Reserve | undefined,
+  mark?: ModelMark,
 ): ModelOutcome & { waitMs?: number } {
-  if (reserve === undefined) return model.decide(requests, mode, now);
+  if (reserve === undefined) return model.decide(requests, mode, now, false, mark);
   const r = model.reserve(requests[0], reserve.maxWaitMs, reserve.boundMs, now);
   return {
     allowed: r.allowed,
@@ -176,12 +187,19 @@ class MemoryLane implements Lane {
   /** The store's own map: the test writes damage into it as it would into a Redis hash. */
   private readonly buckets = (this.store as unknown as { buckets: Map<string, StoredBucket> }).buckets;
 
-  async call(requests: ModelRequest[], mode: ModelMode, now: number, step: number, reserve?: Reserve): Promise<TakeResult & PenaltyReport> {
+  async call(
+    requests: ModelRequest[],
+    mode: ModelMode,
+    now: number,
+    step: number,
+    reserve?: Reserve,
+    mark?: ModelMark,
+  ): Promise<TakeResult & PenaltyReport> {
     const result = await this.store.take(
       requests,
-      reserve ? { now, reserve } : { now, dryRun: mode === 'peek', refund: mode === 'refund' },
+      reserve ? { now, reserve } : { now, dryRun: mode === 'peek', refund: mode === 'refund', givesBack: mark },
     );
-    const expected = expectedOf(this.model, requests, mode, now, reserve);
+    const expected = expectedOf(this.model, requests, mode, now, reserve, mark);
     compareResult(this.name, step, result, expected, requests);
     compareWait(this.name, step, result, expected, now);
     for (const request of requests) this.compareState(request.key, step);
@@ -203,6 +221,7 @@ class MemoryLane implements Lane {
     if (fields.ts) bucket.ts = fields.ts.memory;
     if (fields.b) bucket.blockedUntil = fields.b.memory;
     if (fields.w) bucket.w = fields.w.memory;
+    if (fields.d) bucket.d = fields.d.memory;
     this.buckets.set(key, bucket);
   }
 
@@ -219,6 +238,7 @@ class MemoryLane implements Lane {
       sameField(storedNumber(stored.ts), expected.ts) &&
       sameField(storedNumber(stored.blockedUntil), expected.b) &&
       sameField(storedNumber(stored.w), expected.w) &&
+      sameField(storedNumber(stored.d), expected.d) &&
       (expected.expiresAt === undefined || Math.abs((stored.expiresAt ?? NaN) - expected.expiresAt) <= 1);
     if (!same) fail('stored bucket differs from the model', detail);
   }
@@ -241,12 +261,26 @@ class RedisLane implements Lane {
     readonly name = 'lua',
   ) {}
 
-  /** The store call under test: a decision alone (the fast path for one bucket without penalty). */
-  protected decide(requests: ModelRequest[], mode: ModelMode, now: number, _step: number): Promise<TakeResult & PenaltyReport> {
-    return this.store.take(requests, { now, dryRun: mode === 'peek', refund: mode === 'refund' });
+  /** The store call under test: a decision alone (the fast path for one bucket without penalty), a reservation or a give-back. */
+  protected decide(
+    requests: ModelRequest[],
+    mode: ModelMode,
+    now: number,
+    _step: number,
+    extra: DecisionExtra | undefined,
+  ): Promise<TakeResult & PenaltyReport> {
+    if (extra?.reserve) return this.store.take(requests, { now, reserve: extra.reserve });
+    return this.store.take(requests, { now, dryRun: mode === 'peek', refund: mode === 'refund', givesBack: extra?.givesBack });
   }
 
-  async call(requests: ModelRequest[], mode: ModelMode, now: number, step: number, reserve?: Reserve): Promise<TakeResult & PenaltyReport> {
+  async call(
+    requests: ModelRequest[],
+    mode: ModelMode,
+    now: number,
+    step: number,
+    reserve?: Reserve,
+    mark?: ModelMark,
+  ): Promise<TakeResult & PenaltyReport> {
     // Expiry on the simulated clock: what the model says has expired is deleted first.
     const expired = requests.filter((r) => this.model.expired(r.key, now)).map((r) => r.key);
     if (expired.length > 0) await this.client.del(...expired);
@@ -259,9 +293,9 @@ class RedisLane implements Lane {
     }
     await before.exec();
     const started = performance.now();
-    // A reservation is never coalesced: every lane sends it alone.
-    const result = reserve ? await this.store.take(requests, { now, reserve }) : await this.decide(requests, mode, now, step);
-    const expected = expectedOf(this.model, requests, mode, now, reserve);
+    const extra = reserve ? { reserve } : mark ? { givesBack: mark } : undefined;
+    const result = await this.decide(requests, mode, now, step, extra);
+    const expected = expectedOf(this.model, requests, mode, now, reserve, mark);
     compareResult(this.name, step, result, expected, requests);
     compareWait(this.name, step, result, expected, now);
     // The state as written: fields, the TTL this call set, then an hour of real TTL for keys that have one.
@@ -294,7 +328,8 @@ class RedisLane implements Lane {
         !sameField(storedNumber(hash.tokens), entry.tokens) ||
         !sameField(storedNumber(hash.ts), entry.ts) ||
         !sameField(storedNumber(hash.b), entry.b) ||
-        !sameField(storedNumber(hash.w), entry.w)
+        !sameField(storedNumber(hash.w), entry.w) ||
+        !sameField(storedNumber(hash.d), entry.d)
       ) {
         fail('stored bucket differs from the model', detail);
       }
@@ -337,7 +372,7 @@ class RedisLane implements Lane {
   }
 }
 
-type SharedDecision = { requests: readonly ModelRequest[]; mode: ModelMode };
+type SharedDecision = { requests: readonly ModelRequest[]; mode: ModelMode; extra?: DecisionExtra };
 type SharedDecide = (decisions: SharedDecision[], now: number) => Promise<((TakeResult & PenaltyReport) | Error)[]>;
 
 /**
@@ -362,6 +397,7 @@ class SharedCallLane extends RedisLane {
     mode: ModelMode,
     now: number,
     step: number,
+    extra: DecisionExtra | undefined,
   ): Promise<TakeResult & PenaltyReport> {
     const { key: _key, cost: _cost, ...own } = requests[0];
     const policy = step % 2 === 0 ? own : this.other;
@@ -371,7 +407,7 @@ class SharedCallLane extends RedisLane {
       mode: step % 3 === 0 ? 'peek' : 'take',
     };
     const shared = (this.store as unknown as { decide: SharedDecide }).decide.bind(this.store);
-    const results = await shared([before, { requests, mode }, after], now);
+    const results = await shared([before, { requests, mode, extra }, after], now);
     for (const result of results) if (result instanceof Error) throw result;
     return results[1] as TakeResult & PenaltyReport;
   }
@@ -392,13 +428,21 @@ class RenamedLane implements Lane {
     return this.inner.model;
   }
 
-  call(requests: ModelRequest[], mode: ModelMode, now: number, step: number, reserve?: Reserve): Promise<TakeResult & PenaltyReport> {
+  call(
+    requests: ModelRequest[],
+    mode: ModelMode,
+    now: number,
+    step: number,
+    reserve?: Reserve,
+    mark?: ModelMark,
+  ): Promise<TakeResult & PenaltyReport> {
     return this.inner.call(
       requests.map((r) => ({ ...r, key: r.key + this.suffix })),
       mode,
       now,
       step,
       reserve,
+      mark,
     );
   }
 
@@ -524,8 +568,12 @@ describe('the token bucket against a reference model (fast-check)', () => {
     const shared = new SharedCallLane(client, store, `${prefix}${run - 1}:neighbour`, scenario.alternatives[0]);
     const lanes: Lane[] = [redis, new RenamedLane(shared, ':shared'), new MemoryLane()];
     const deny = new DenyCacheCheck();
-    /** Per key, the costs of the reservations still held (an abort gives back the last). */
-    const held: number[][] = keys.map(() => []);
+    /**
+     * Per key, the reservations still held, each with what its give-back names (the model's answer):
+     * an abort gives back the last one (which still ends the queue, unless a take or damage came after
+     * it) or, on odd steps, the first (a give-back from the middle of the queue).
+     */
+    const held: { cost: number; mark: ModelMark }[][] = keys.map(() => []);
     let now = T0;
     for (let step = 0; step < scenario.ops.length; step++) {
       const op = scenario.ops[step];
@@ -558,6 +606,7 @@ describe('the token bucket against a reference model (fast-check)', () => {
             ts: op.ts === undefined ? undefined : damage(op.ts, now, policy),
             b: op.b === undefined ? undefined : damage(op.b, now, policy),
             w: op.w === undefined ? undefined : damage(op.w, now, policy),
+            d: undefined,
           };
           const b = redis.model.has(keys[op.k], now) ? redis.model.entries.get(keys[op.k])?.b : undefined;
           for (const lane of lanes) await lane.corrupt(keys[op.k], fields, now, policy);
@@ -571,10 +620,11 @@ describe('the token bucket against a reference model (fast-check)', () => {
           const policy = scenario.policies[op.k];
           const base = { key: keys[op.k], capacity: policy.capacity, refillPerSecond: policy.refillPerSecond };
           if (op.op === 'abort') {
-            const cost = held[op.k].pop();
-            if (cost === undefined) break;
+            const reservation = step % 2 === 0 ? held[op.k].pop() : held[op.k].shift();
+            if (reservation === undefined) break;
+            const { cost, mark } = reservation;
             deny.cache.forget(base.key);
-            for (const lane of lanes) await lane.call([{ ...base, cost }], 'refund', now, step);
+            for (const lane of lanes) await lane.call([{ ...base, cost }], 'refund', now, step, undefined, mark);
             deny.tick();
             deny.cache.forget(base.key);
             totals.aborted++;
@@ -588,7 +638,8 @@ describe('the token bucket against a reference model (fast-check)', () => {
           for (const lane of lanes) if (lane !== redis) await lane.call([request], 'take', now, step, reserve);
           deny.tick();
           if (answer.allowed) {
-            held[op.k].push(request.cost);
+            // What the give-back names, as acquire() passes it: the tokens the script said it left, and its now.
+            held[op.k].push({ cost: request.cost, mark: { tokens: answer.tokens[0], nowMs: now } });
             if ((answer.waitMs ?? 0) > 0) totals.waited++;
           } else totals.tooLong++;
           break;

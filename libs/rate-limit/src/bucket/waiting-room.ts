@@ -34,6 +34,33 @@ interface Waiter {
   detach: () => void;
 }
 
+/**
+ * The waits of one \`AbortSignal\`: one listener on the signal for all of them, however many calls share
+ * it (a listener per call would pass Node's limit of 10 and warn, \`MaxListenersExceededWarning\`).
+ */
+class SignalWaits {
+  private readonly waits = new WeakMap<AbortSignal, Set<() => void>>();
+
+  /** Calls \`onAbort\` when \`signal\` aborts; answers what takes it off again. */
+  add(signal: AbortSignal, onAbort: () => void): () => void {
+    let set = this.waits.get(signal);
+    if (set === undefined) {
+      const waits = (set = new Set());
+      this.waits.set(signal, waits);
+      const fire = () => {
+        this.waits.delete(signal);
+        for (const wait of [...waits]) wait();
+      };
+      signal.addEventListener('abort', fire, { once: true });
+    }
+    const own = set;
+    own.add(onAbort);
+    return () => {
+      own.delete(onAbort);
+    };
+  }
+}
+
 /** A call of `WaitingRoom.acquire`. */
 export interface AcquireCall {
   /** The bucket's name, for error messages. */
@@ -53,6 +80,7 @@ export interface AcquireCall {
  */
 export class WaitingRoom {
   private readonly waiting = new Set<Waiter>();
+  private readonly signals = new SignalWaits();
   /** Calls in flight to the store or waiting for their turn. */
   private calls = 0;
   private closed = false;
@@ -104,11 +132,17 @@ export class WaitingRoom {
    * The application is closing: every waiting call is rejected (`ERR_RATE_LIMIT_SHUTTING_DOWN`) and its
    * reservation given back; resolves when the store has answered those refunds (or failed to). Calls that
    * come later are rejected the same way.
+   *
+   * The give-backs go latest turn first, in one burst (they share calls, in that order): a store gives back
+   * only a reservation that is still the last of its bucket, so this process's reservations at the end of a
+   * queue all come back, each making the one before it the last; those with other callers' turns after them
+   * are lost (the bucket under-admits for their moments, never over).
    */
   async close(): Promise<void> {
     this.closed = true;
+    const waiters = [...this.waiting].sort((a, b) => turnOf(b) - turnOf(a));
     const refunds: Promise<unknown>[] = [];
-    for (const waiter of this.waiting) {
+    for (const waiter of waiters) {
       this.end(waiter);
       refunds.push(this.giveBack(waiter.request, waiter.reservation));
       waiter.reject(shuttingDown());
@@ -131,9 +165,8 @@ export class WaitingRoom {
           this.end(waiter);
           resolve();
         }, reservation.waitMs),
-        detach: () => signal?.removeEventListener('abort', onAbort),
+        detach: signal === undefined ? noop : this.signals.add(signal, onAbort),
       };
-      signal?.addEventListener('abort', onAbort, { once: true });
       this.waiting.add(waiter);
     });
   }
@@ -144,11 +177,22 @@ export class WaitingRoom {
     this.waiting.delete(waiter);
   }
 
-  /** Gives a reservation back to where it was made (the store, or the in-process buckets of `'local'`); never rejects. */
+  /**
+   * Gives a reservation back to where it was made (the store, or the in-process buckets of `'local'`),
+   * naming it (`Reservation.mark`): the store gives its tokens back only while it is the last of its
+   * bucket (see docs/explanation/reservations.md). Never rejects.
+   */
   private giveBack(request: BucketRequest, reservation: Reservation): Promise<unknown> {
     if (request.cost === 0) return Promise.resolve();
-    return this.engine.giveBack([request], reservation.source).catch(() => undefined);
+    return this.engine.giveBack([request], reservation.source, reservation.mark).catch(() => undefined);
   }
+}
+
+function noop(): void {}
+
+/** A waiter's turn by its store's clock; its wait when the store did not tell its clock. */
+function turnOf(waiter: Waiter): number {
+  return waiter.reservation.turnAt ?? waiter.reservation.waitMs;
 }
 
 function shuttingDown(): RateLimitError {

@@ -3,7 +3,7 @@ import type { RateLimitEvents } from '../events/rate-limit-events.js';
 import { RateLimitError, RateLimitTimeoutError, RateLimitUnavailableError } from '../errors/rate-limit.errors.js';
 import type { Verdict, VerdictSource } from '../rate-limit.interfaces.js';
 import type { FailureMode, ResolvedRateLimitOptions } from '../rate-limit.options.js';
-import type { BucketStore, ReserveOptions, TakeOptions, TakeResult } from '../stores/bucket-store.interface.js';
+import type { BucketStore, ReservationMark, ReserveOptions, TakeOptions, TakeResult } from '../stores/bucket-store.interface.js';
 import { type BucketRequest, mergeRepeatedKeys } from '../stores/token-bucket.js';
 import { ThrottledLogger } from '../throttled-logger.js';
 import { type Breaker, Breakers } from './breakers.js';
@@ -19,6 +19,8 @@ import { Deadlines, withTimeout } from './with-timeout.js';
  */
 export class DecisionEngine {
   private readonly logger = new ThrottledLogger('RateLimit');
+  /** Keys that hold another type: throttled apart from the store's failures, so that neither hides the other. */
+  private readonly keyLogger = new ThrottledLogger('RateLimit');
   private readonly fallback: Fallback;
   private readonly breakers: Breakers;
   /** Denials this instance can repeat without asking the store; undefined when off or the store is local. */
@@ -99,7 +101,7 @@ export class DecisionEngine {
       return toVerdict(requests, result, 'store');
     } catch (error) {
       if (timed) this.events.storeCall({ durationMs: performance.now() - started, outcome: 'error' });
-      this.breakers.failed(error, requests);
+      this.failed(error, requests);
       return this.fallback.decide(requests, options);
     } finally {
       probes?.forEach((probe) => (probe.probing = false));
@@ -133,15 +135,15 @@ export class DecisionEngine {
       }
       if (this.breakers.open.size > 0) this.breakers.recovered(requests);
       const turnAt = typeof result.nowMs === 'number' ? result.nowMs + result.waitMs : undefined;
-      return { source: 'store', allowed: result.allowed, tokens: result.tokens[0], waitMs: result.waitMs, turnAt };
+      return { source: 'store', allowed: result.allowed, tokens: result.tokens[0], waitMs: result.waitMs, turnAt, mark: markOf(result) };
     } catch (error) {
       if (error instanceof RateLimitTimeoutError && pending !== undefined) {
         pending.then(
-          (late) => (late.allowed && request.cost > 0 ? this.giveBack(requests, 'store') : undefined),
+          (late) => (late.allowed && request.cost > 0 ? this.giveBack(requests, 'store', markOf(late)) : undefined),
           () => undefined,
         );
       }
-      this.breakers.failed(error, requests);
+      this.failed(error, requests);
       return this.fallback.reserve(request, reserve, failureMode);
     } finally {
       probes?.forEach((probe) => (probe.probing = false));
@@ -154,28 +156,48 @@ export class DecisionEngine {
    * after the refund, or undefined when there was nothing to give back or the store failed (then the
    * tokens come back by refilling). Never waits longer than `timeoutMs`.
    */
-  async giveBack(requests: readonly BucketRequest[], source: VerdictSource): Promise<number[] | undefined> {
+  async giveBack(requests: readonly BucketRequest[], source: VerdictSource, givesBack?: ReservationMark): Promise<number[] | undefined> {
     const merged = mergeRepeatedKeys(requests);
-    if (merged === undefined) return this.refundDistinct(requests, source);
-    const tokens = await this.refundDistinct(merged.requests, source);
+    if (merged === undefined) return this.refundDistinct(requests, source, givesBack);
+    const tokens = await this.refundDistinct(merged.requests, source, undefined);
     return tokens === undefined ? undefined : merged.positions.map((j) => tokens[j]);
   }
 
-  private async refundDistinct(requests: readonly BucketRequest[], source: VerdictSource): Promise<number[] | undefined> {
-    if (source === 'local') return this.fallback.local.takeSync(requests, { refund: true }).tokens;
+  private async refundDistinct(
+    requests: readonly BucketRequest[],
+    source: VerdictSource,
+    givesBack: ReservationMark | undefined,
+  ): Promise<number[] | undefined> {
+    const refund: TakeOptions = givesBack === undefined ? { refund: true } : { refund: true, givesBack };
+    if (source === 'local') return this.fallback.local.takeSync(requests, refund).tokens;
     if (source !== 'store') return undefined;
     // Forgotten before and after: a denial learned from a request the store decided before the refund is stale.
     for (const request of requests) this.denyCache?.forget(request.key);
     try {
       const { tokens } = await (this.store.remote
-        ? this.deadlines.raceSent((sent) => this.store.take(requests, { refund: true, sent }))
-        : this.store.take(requests, { refund: true }));
+        ? this.deadlines.raceSent((sent) => this.store.take(requests, { ...refund, sent }))
+        : this.store.take(requests, refund));
       for (const request of requests) this.denyCache?.forget(request.key);
       return tokens;
     } catch (error) {
-      this.breakers.failed(error, requests);
+      this.failed(error, requests);
       return undefined;
     }
+  }
+
+  /**
+   * A call that failed: the store failing counts toward its nodes' breakers; a key that holds another
+   * type (\`ERR_RATE_LIMIT_UNUSABLE_KEY\`) is that bucket's own problem, logged (throttled) and never counted.
+   */
+  private failed(error: unknown, requests: readonly BucketRequest[]): void {
+    if (error instanceof RateLimitError && error.code === 'ERR_RATE_LIMIT_UNUSABLE_KEY') {
+      this.keyLogger.warn(
+        `${error.message}: this decision followed failureMode '${this.options.failureMode}'; the others are decided as usual. ` +
+          'Delete the key, or give the module a keyPrefix no other application writes under',
+      );
+      return;
+    }
+    this.breakers.failed(error, requests);
   }
 
   /**
@@ -198,4 +220,9 @@ export class DecisionEngine {
     }
     this.denyCache?.forget(key);
   }
+}
+
+/** A reservation as its answer describes it, for its give-back; undefined when the store did not tell its clock. */
+function markOf(result: TakeResult): ReservationMark | undefined {
+  return typeof result.nowMs === 'number' ? { tokens: result.tokens[0], nowMs: result.nowMs } : undefined;
 }

@@ -1,6 +1,6 @@
 import type { FailureMode, ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import type { Verdict, VerdictSource } from '../rate-limit.interfaces.js';
-import type { ReserveOptions, TakeOptions } from '../stores/bucket-store.interface.js';
+import type { ReservationMark, ReserveOptions, TakeOptions } from '../stores/bucket-store.interface.js';
 import { localStoreOptions, MemoryBucketStore } from '../stores/memory/memory-bucket.store.js';
 import { type BucketRequest, toDecision } from '../stores/token-bucket.js';
 import { toVerdict } from './to-verdict.js';
@@ -15,6 +15,8 @@ export interface Reservation {
   waitMs: number;
   /** The turn by the clock of the store that decided (its now + `waitMs`), when it tells. */
   turnAt?: number;
+  /** What its give-back names (the tokens it left, the store's clock), when the store tells its clock. */
+  mark?: ReservationMark;
 }
 
 /** What a request gets while the store fails, per `failureMode`, for the log. */
@@ -61,7 +63,14 @@ export class Fallback {
     this.degraded++;
     if (mode === 'local') {
       const { allowed, tokens, waitMs = 0, nowMs } = this.local.takeSync([request], { reserve });
-      return { source: 'local', allowed, tokens: tokens[0], waitMs, turnAt: nowMs === undefined ? undefined : nowMs + waitMs };
+      return {
+        source: 'local',
+        allowed,
+        tokens: tokens[0],
+        waitMs,
+        turnAt: nowMs === undefined ? undefined : nowMs + waitMs,
+        mark: nowMs === undefined ? undefined : { tokens: tokens[0], nowMs },
+      };
     }
     const allowed = mode === 'open';
     return { source: mode, allowed, tokens: allowed ? request.capacity - request.cost : 0, waitMs: 0 };

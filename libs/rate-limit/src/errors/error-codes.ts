@@ -39,6 +39,8 @@ export const RATE_LIMIT_ERROR_CODES = {
   ERR_RATE_LIMIT_TIMEOUT: 'Redis did not answer within timeoutMs: failureMode answered; check Redis and the network, or raise timeoutMs.',
   ERR_RATE_LIMIT_REDIS_NOT_CONNECTED: 'The client is not connected: failureMode answers until Redis does; the logged cause says why.',
   ERR_RATE_LIMIT_UNAVAILABLE: "The store failed and failureMode is 'closed' (or the call cannot be answered otherwise): try again later.",
+  ERR_RATE_LIMIT_UNUSABLE_KEY:
+    "A bucket's key in Redis holds another type (another application's key, a bad migration): that decision followed failureMode; delete the key or use another keyPrefix.",
   ERR_RATE_LIMIT_STORE_CONTRACT:
     'A store broke the BucketStore contract: report it, or check a store of your own with verifyBucketStore().',
 } as const;

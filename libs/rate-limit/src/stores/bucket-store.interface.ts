@@ -23,6 +23,14 @@ export interface ReserveOptions {
   boundMs: number;
 }
 
+/** A reservation, as its answer described it: what a give-back names (rule 3). */
+export interface ReservationMark {
+  /** The tokens its bucket held after it (`TakeResult.tokens[0]`). */
+  tokens: number;
+  /** The store's clock when it was made (`TakeResult.nowMs`). */
+  nowMs: number;
+}
+
 export interface TakeOptions {
   /** Compute without taking anything (peek): nothing is written, not even a penalty. */
   dryRun?: boolean;
@@ -30,6 +38,8 @@ export interface TakeOptions {
   refund?: boolean;
   /** Reserve the cost of the one bucket of the call, to be used after `waitMs` (rule 9). */
   reserve?: ReserveOptions;
+  /** With `refund`: the reservation this refund gives back, as its answer described it (rule 3). */
+  givesBack?: ReservationMark;
   /**
    * Clock override in ms, for deterministic tests only (the conformance suite drives time with it).
    * Default: the store's clock (Redis TIME).
@@ -57,7 +67,11 @@ export interface TakeOptions {
  *    write. `requests` holds each key at most once. A missing (or unreadable) bucket is full.
  * 2. **Tokens are reported after the decision**, in request order: what each bucket holds once it was
  *    drained (allowed), or as it stands (refused; fractional, possibly negative under a penalty).
- * 3. **Refund** (`refund: true`) is always allowed and gives each bucket its `cost` back, capped at `capacity`.
+ * 3. **Refund** (`refund: true`) is always allowed and gives each bucket at or above 0 tokens (after the
+ *    refill) its `cost` back, capped at `capacity`. A bucket below 0 has reservations waiting (rule 9) whose
+ *    turns are set: it gets nothing back, unless the refund gives back a reservation (`givesBack`) and no
+ *    reservation came after it (the bucket holds what that one left, plus the refill since, within half a
+ *    token); then it gets the cost back.
  * 4. **Penalties**: a take refused while a bucket with `blockSeconds > 0` lacks its cost (and no penalty
  *    runs on it) starts one: the bucket's tokens drop to at most `penaltyCost - blockSeconds * refillPerSecond`
  *    (`penaltyCost` defaults to `cost`), so that the penalty's cost is back exactly `blockSeconds` from now,
@@ -81,8 +95,9 @@ export interface TakeOptions {
  *    it has it), and at least until a running penalty ends. When `waitMs <= reserve.maxWaitMs` the cost is
  *    taken (`allowed`; the tokens may go below 0) and the bucket keeps `w`, the largest `boundMs` seen, so that
  *    tokens down to `-(w * refillPerSecond / 1000 + 1)` count as reservations rather than damage (rule 1's
- *    repair); otherwise nothing is written. Giving a reservation back is a refund (rule 3). A store without
- *    reservations answers without `waitMs`: `acquire()` then fails as on a store error.
+ *    repair); otherwise nothing is written. The Redis store also keeps that depth in tokens (`d`), which
+ *    every caller reads alike whatever its refill. Giving a reservation back is a refund with `givesBack`
+ *    (rule 3). A store without reservations answers without `waitMs`: `acquire()` then fails as on a store error.
  *
  * A reply that is not `{ allowed: boolean, tokens: number[] }` with one number per request counts as a
  * failed call. The module never calls lifecycle hooks (`onModuleDestroy`) of a store the application

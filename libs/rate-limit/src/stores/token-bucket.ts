@@ -39,6 +39,8 @@ export interface BucketState {
   ts: number;
   /** The longest wait (ms) of the reservations that took it below 0 (the script's field `w`), if any did. */
   w?: number;
+  /** How far below 0 those reservations may take it, in tokens (the script's field `d`), if any did. */
+  d?: number;
 }
 
 /**
@@ -47,11 +49,40 @@ export interface BucketState {
  * within the longest window (at most MAX_CAPACITY), as for penalties. Tokens above `-reservedFloor` are
  * legal state, below it damage. The script computes the same (`reserved`).
  */
-export function reservedFloor(w: number | undefined, refillPerSecond: number): number {
-  if (w === undefined || !(w > 0)) return 0;
+export function reservedFloor(w: number | undefined, refillPerSecond: number, d?: number): number {
+  let least = w !== undefined && w > 0 ? (w * refillPerSecond) / 1000 + 1 : 0;
+  // The depth in tokens that the reservations stored reads alike for callers of any refill (a rolling deploy).
+  if (d !== undefined && d > least) least = d;
   const most = Math.min(MAX_CAPACITY, MAX_WINDOW_SECONDS * refillPerSecond);
-  const least = (w * refillPerSecond) / 1000 + 1;
   return least <= most ? least : most;
+}
+
+/** The depth (tokens) a reservation allowed to wait `boundMs` stores at its refill: what refills meanwhile, plus one. */
+export function reservedDepth(boundMs: number, refillPerSecond: number): number {
+  return (boundMs * refillPerSecond) / 1000 + 1;
+}
+
+/**
+ * Whether a refund gives its cost back to a bucket that holds `tokens` after the refill. At or above 0
+ * (no turn to come), yes. Below 0 with reservations (`state` has their depth), they wait with turns already told; tokens given back would let
+ * new callers share their moments (more than B + R·t in a window), so only the give-back of the last
+ * reservation (`givesBack`: no reservation came after it, so the bucket holds what it left plus the refill
+ * since, within half a token) gives its cost back, and moves the last turn back by exactly that. The script
+ * decides the same (`last`).
+ */
+export function refundGives(
+  tokens: number,
+  refillPerSecond: number,
+  givesBack: { tokens: number; nowMs: number } | undefined,
+  now: number,
+  state: BucketState | undefined,
+): boolean {
+  // Below 0 by a penalty alone (no reservation ever stored its depth), a refund gives back as ever: a
+  // penalty only holds a bucket lower than B + R·t would.
+  if (tokens >= 0 || !(reservedFloor(state?.w, refillPerSecond, state?.d) > 0)) return true;
+  if (givesBack === undefined || !Number.isFinite(givesBack.tokens) || !Number.isFinite(givesBack.nowMs)) return false;
+  const since = now > givesBack.nowMs ? now - givesBack.nowMs : 0;
+  return tokens >= givesBack.tokens + (since * refillPerSecond) / 1000 - 0.5;
 }
 
 /** The wait (ms) until a bucket holding `tokens` has `cost`: what a reservation is told. The script computes the same. */
@@ -107,10 +138,11 @@ export function repair<S extends BucketState>(
   const { tokens, ts } = state;
   if (!Number.isFinite(tokens) || !Number.isFinite(ts)) return undefined;
   const lowest = penaltyRuns ? -Math.min(MAX_CAPACITY, MAX_WINDOW_SECONDS * refillPerSecond) : -(blockSeconds * refillPerSecond);
-  const legal = tokens >= 0 || !(tokens < lowest) || !(tokens < -reservedFloor(state.w, refillPerSecond));
+  const legal = tokens >= 0 || !(tokens < lowest) || !(tokens < -reservedFloor(state.w, refillPerSecond, state.d));
   if (legal && ts <= now + FUTURE_TOLERANCE_MS) return state;
   const repaired: BucketState = { tokens: legal ? tokens : 0, ts: ts > now + FUTURE_TOLERANCE_MS ? now : ts };
   if (state.w !== undefined) repaired.w = state.w;
+  if (state.d !== undefined) repaired.d = state.d;
   return repaired;
 }
 

@@ -36,6 +36,8 @@ export interface ModelEntry {
   b?: number;
   /** The longest wait (ms) of the reservations that took the bucket below 0 (the hash field `w`). */
   w?: number;
+  /** How deep (tokens) those reservations may take it, at the refill of the one that wrote it (the hash field `d`). */
+  d?: number;
   /** When the key expires, in ms on the store's clock; undefined: the key has no TTL. */
   expiresAt?: number;
 }
@@ -63,11 +65,37 @@ const finite = (x: number | undefined): x is number => typeof x === 'number' && 
  * for a token): what refills within `w` ms, plus one token; 0 without a positive `w`; never more than
  * min(1e12, 1e12 s × R), as for a running penalty.
  */
-export function modelReservedFloor(w: number | undefined, refillPerSecond: number): number {
-  if (typeof w !== 'number' || !(w > 0)) return 0;
+export function modelReservedFloor(w: number | undefined, refillPerSecond: number, d?: number): number {
+  const fromWait = typeof w === 'number' && w > 0 ? (w * refillPerSecond) / 1000 + 1 : 0;
+  // The stored depth holds for every caller, whatever its own refill (README: a rolling deploy).
+  const least = typeof d === 'number' && d > fromWait ? d : fromWait;
   const most = Math.min(1e12, 1e12 * refillPerSecond);
-  const least = (w * refillPerSecond) / 1000 + 1;
   return least <= most ? least : most;
+}
+
+/** A reservation as its answer told it: what a give-back names. */
+export interface ModelMark {
+  tokens: number;
+  nowMs: number;
+}
+
+/**
+ * Whether a refund gives its cost back to a bucket at `t` tokens (refilled): always at or above 0, and
+ * below 0 by a penalty alone; below 0 with reservations (a stored `w` or `d`) only for the give-back of the reservation that is still the last one: the bucket
+ * holds what it left plus what refilled since, give or take half a token.
+ */
+export function modelRefundGives(
+  t: number,
+  refillPerSecond: number,
+  mark: ModelMark | undefined,
+  now: number,
+  entry: ModelEntry | undefined,
+): boolean {
+  // Below 0 by a penalty alone (no reservation stored a bound), the cost comes back as ever.
+  if (!(t < 0) || !(modelReservedFloor(entry?.w, refillPerSecond, entry?.d) > 0)) return true;
+  if (mark === undefined || !finite(mark.tokens) || !finite(mark.nowMs)) return false;
+  const expected = mark.tokens + (Math.max(0, now - mark.nowMs) * refillPerSecond) / 1000;
+  return t >= expected - 0.5;
 }
 
 /** A reservation's answer: the verdict, the bucket's tokens after it, and the wait until its turn. */
@@ -118,7 +146,7 @@ export class BucketModel {
    * Writes fields by hand, as `HSET` would: other fields and the TTL stay; a key that did not exist is
    * created with `expiresAt` (undefined: no TTL, as HSET on a new key).
    */
-  corrupt(key: string, fields: Partial<Pick<ModelEntry, 'tokens' | 'ts' | 'b' | 'w'>>, now: number, expiresAtIfNew?: number): void {
+  corrupt(key: string, fields: Partial<Pick<ModelEntry, 'tokens' | 'ts' | 'b' | 'w' | 'd'>>, now: number, expiresAtIfNew?: number): void {
     const entry = this.read(key, now);
     if (entry === undefined) this.entries.set(key, { ...fields, expiresAt: expiresAtIfNew });
     else Object.assign(entry, fields);
@@ -130,7 +158,7 @@ export class BucketModel {
    * each its cost back, capped at capacity; a peek writes nothing. `dry`: compute without changing the
    * model (what a peek of the same call would see, with the verdict of `mode`).
    */
-  decide(requests: readonly ModelRequest[], mode: ModelMode, now: number, dry = false): ModelOutcome {
+  decide(requests: readonly ModelRequest[], mode: ModelMode, now: number, dry = false, mark?: ModelMark): ModelOutcome {
     const keys = new Set(requests.map((r) => r.key));
     if (keys.size !== requests.length) throw new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', 'model: one bucket per key per call');
     // "A call with a penalty" (README, Penalties: Cost): a bucket of the call has blockSeconds.
@@ -164,7 +192,7 @@ export class BucketModel {
         // Tokens below what a penalty can leave (−blockSeconds·R; 0 without a penalty) count as 0; while
         // a penalty runs (started by any caller, with any numbers) down to −min(1e12, 1e12 s × R) are kept.
         const lowest = runs !== undefined ? -Math.min(1e12, 1e12 * r.refillPerSecond) : -((r.blockSeconds ?? 0) * r.refillPerSecond);
-        if (t < 0 && t < lowest && t < -modelReservedFloor(entry.w, r.refillPerSecond)) {
+        if (t < 0 && t < lowest && t < -modelReservedFloor(entry.w, r.refillPerSecond, entry.d)) {
           t = 0;
           fixed = true;
         }
@@ -194,7 +222,10 @@ export class BucketModel {
       requests.forEach((r, i) => {
         const block = r.blockSeconds ?? 0;
         let write = false;
-        if (allowed) {
+        if (mode === 'refund' && !modelRefundGives(tokens[i], r.refillPerSecond, n === 1 ? mark : undefined, now, entries[i])) {
+          // Below 0, turns are set: nothing is given back; only a repair is written.
+          write = repaired[i];
+        } else if (allowed) {
           after[i] = mode === 'refund' ? Math.min(r.capacity, tokens[i] + r.cost) : tokens[i] - r.cost;
           write = true;
         } else if (block > 0 && tokens[i] < r.cost && running[i] === undefined) {
@@ -268,7 +299,7 @@ export class BucketModel {
       ts = entry.ts;
       // As a take without a penalty of its own reads it: below 0 only what a running penalty or the reservations' bound keeps.
       const lowest = runs !== undefined ? -Math.min(1e12, 1e12 * r.refillPerSecond) : 0;
-      if (t < 0 && t < lowest && t < -modelReservedFloor(entry.w, r.refillPerSecond)) {
+      if (t < 0 && t < lowest && t < -modelReservedFloor(entry.w, r.refillPerSecond, entry.d)) {
         t = 0;
         fixed = true;
       }
@@ -296,6 +327,8 @@ export class BucketModel {
         expiresAt: entry?.expiresAt === undefined ? now + ttl : Math.max(entry.expiresAt, now + ttl),
       };
       if (allowed && t < 0 && !(typeof next.w === 'number' && next.w >= boundMs)) next.w = boundMs;
+      const depth = (boundMs * r.refillPerSecond) / 1000 + 1;
+      if (allowed && t < 0 && !(typeof next.d === 'number' && next.d >= depth)) next.d = depth;
       this.entries.set(r.key, next);
       return { allowed, tokens: t, waitMs, ttlSet: ttl };
     }

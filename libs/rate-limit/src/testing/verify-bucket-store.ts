@@ -47,8 +47,11 @@ export async function verifyBucketStore(store: BucketStore, options: VerifyBucke
     const keys = Array.from({ length: KEYS }, (_, k) => `${prefix}${run}:{k${k}}`);
     run++;
     const model = new BucketModel();
-    /** Per key, the costs of the reservations still held (an abort gives back the last). */
-    const held: number[][] = keys.map(() => []);
+    /**
+     * Per key, the reservations still held and what their give-backs name: an abort gives back the last
+     * one, or on odd steps the first (from the middle of the queue, where nothing may be given back).
+     */
+    const held: { cost: number; mark: { tokens: number; nowMs: number } }[][] = keys.map(() => []);
     /** When each bucket's TTL runs out in real time (performance.now), for a store that counts it so. */
     const realExpiry = new Map<string, number>();
     let now = T0;
@@ -71,10 +74,12 @@ export async function verifyBucketStore(store: BucketStore, options: VerifyBucke
             held[op.k] = [];
           }
           if (op.op === 'abort') {
-            const cost = held[op.k].pop();
-            if (cost === undefined) continue;
-            const result = await store.take([{ ...base, cost }], { now, refund: true });
-            compareResult('store', step, result, model.decide([{ ...base, cost }], 'refund', now), [{ ...base, cost }], true);
+            const reservation = step % 2 === 0 ? held[op.k].pop() : held[op.k].shift();
+            if (reservation === undefined) continue;
+            const { cost, mark } = reservation;
+            const result = await store.take([{ ...base, cost }], { now, refund: true, givesBack: mark });
+            const expected = model.decide([{ ...base, cost }], 'refund', now, false, mark);
+            compareResult('store', step, result, expected, [{ ...base, cost }], true);
             continue;
           }
           const tokens = model.decide([{ ...base, cost: 0 }], 'peek', now, true).tokens[0];
@@ -88,7 +93,7 @@ export async function verifyBucketStore(store: BucketStore, options: VerifyBucke
           compareResult('store', step, result, outcome, [request], true);
           if (result.waitMs !== expected.waitMs)
             fail('the wait of a reservation differs from the model', { step, request, result, expected });
-          if (expected.allowed) held[op.k].push(request.cost);
+          if (expected.allowed) held[op.k].push({ cost: request.cost, mark: { tokens: result.tokens[0], nowMs: now } });
           if (expected.ttlSet !== undefined)
             realExpiry.set(request.key, Math.max(realExpiry.get(request.key) ?? -Infinity, sent + expected.ttlSet));
         } else if (op.op !== 'corrupt') {

@@ -7,6 +7,8 @@ import {
   penaltyTokens,
   refill,
   repair,
+  refundGives,
+  reservedDepth,
   reserveWaitMs,
   shownTokens,
   storedTtlMs,
@@ -111,12 +113,15 @@ export class MemoryBucketStore implements BucketStore {
         : { allowed, tokens: told };
     };
     if (options.dryRun) return result();
+    const givesBack = requests.length === 1 ? options.givesBack : undefined;
     requests.forEach((request, i) => {
       const block = request.blockSeconds ?? 0;
       let blockedUntil = stored[i]?.blockedUntil;
-      if (allowed) {
+      // A refund into a bucket below 0 gives back only the last reservation (`refundGives`).
+      const gives = allowed && !(options.refund === true && !refundGives(tokens[i], request.refillPerSecond, givesBack, now, states[i]));
+      if (gives) {
         tokens[i] = options.refund ? Math.min(request.capacity, tokens[i] + request.cost) : tokens[i] - request.cost;
-      } else if (block > 0 && tokens[i] < request.cost && ends[i] === undefined) {
+      } else if (!allowed && block > 0 && tokens[i] < request.cost && ends[i] === undefined) {
         // The refusal that starts a penalty: the cost comes back exactly `block` seconds from now.
         const floor = penaltyTokens(penaltyCostOf(request), block, request.refillPerSecond);
         if (floor < tokens[i]) tokens[i] = floor;
@@ -142,6 +147,7 @@ export class MemoryBucketStore implements BucketStore {
       };
       if (blockedUntil !== undefined) bucket.blockedUntil = blockedUntil;
       if (before?.w !== undefined) bucket.w = before.w;
+      if (before?.d !== undefined) bucket.d = before.d;
       this.write(request.key, bucket, now);
     });
     return result();
@@ -180,9 +186,12 @@ export class MemoryBucketStore implements BucketStore {
       ),
     };
     if (stored?.blockedUntil !== undefined) bucket.blockedUntil = stored.blockedUntil;
-    const w = stored?.w;
+    const { w, d } = stored ?? {};
+    const depth = reservedDepth(reserve.boundMs, request.refillPerSecond);
     if (allowed && tokens < 0 && !(w !== undefined && w >= reserve.boundMs)) bucket.w = reserve.boundMs;
     else if (w !== undefined) bucket.w = w;
+    if (allowed && tokens < 0 && !(d !== undefined && d >= depth)) bucket.d = depth;
+    else if (d !== undefined) bucket.d = d;
     this.write(request.key, bucket, now);
     return { allowed, tokens: [tokens], waitMs, nowMs: now };
   }

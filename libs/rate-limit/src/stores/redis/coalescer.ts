@@ -1,3 +1,4 @@
+import type { ReservationMark, ReserveOptions } from '../bucket-store.interface.js';
 import type { BucketRequest } from '../token-bucket.js';
 import { hashTag, keySlot } from './cluster-slots.js';
 import type { ScriptResult } from './token-bucket.codec.js';
@@ -12,12 +13,25 @@ export interface Queued {
   mode: TokenBucketMode;
   /** Starts the decision's deadline when its call is handed to the client. */
   sent: (() => void) | undefined;
+  /** A reservation, or the give-back of one (a refund that names it). */
+  extra: DecisionExtra | undefined;
   resolve: (result: ScriptResult) => void;
   reject: (error: unknown) => void;
 }
 
+/** What a decision of one bucket may add: it reserves (`acquire()`), or it gives a reservation back. */
+export interface DecisionExtra {
+  reserve?: ReserveOptions;
+  givesBack?: ReservationMark;
+}
+
 /** One decision in a call of its own. */
-type SendOne = (requests: readonly BucketRequest[], mode: TokenBucketMode, sent: (() => void) | undefined) => Promise<ScriptResult>;
+type SendOne = (
+  requests: readonly BucketRequest[],
+  mode: TokenBucketMode,
+  sent: (() => void) | undefined,
+  extra: DecisionExtra | undefined,
+) => Promise<ScriptResult>;
 /** Decisions in one call, in order: per decision its result, or the script's refusal of its numbers. */
 type SendMany = (decisions: readonly Queued[]) => Promise<(ScriptResult | Error)[]>;
 
@@ -30,6 +44,9 @@ type SendMany = (decisions: readonly Queued[]) => Promise<(ScriptResult | Error)
  *
  * `sent` is called when the decision's command is handed to the client: at once for a decision that
  * goes alone, at the end of the turn for one that waited. Its deadline runs from then (`Deadlines`).
+ *
+ * Reservations (`acquire()`) share calls too: a burst of them is a few calls, not one per caller, and
+ * those of one bucket in a call are decided as one batch (the store reads and writes the bucket once).
  */
 export class Coalescer {
   /** Per lane (Cluster slot, or 0): null once a decision went out alone this turn, then the ones queued after it. */
@@ -42,7 +59,12 @@ export class Coalescer {
     private readonly bySlot: boolean,
   ) {}
 
-  run(requests: readonly BucketRequest[], mode: TokenBucketMode, sent: (() => void) | undefined): Promise<ScriptResult> {
+  run(
+    requests: readonly BucketRequest[],
+    mode: TokenBucketMode,
+    sent: (() => void) | undefined,
+    extra?: DecisionExtra,
+  ): Promise<ScriptResult> {
     const lane = this.bySlot ? keySlot(hashTag(requests[0].key)) : 0;
     let turn = this.turn;
     if (turn === undefined) {
@@ -52,10 +74,10 @@ export class Coalescer {
     const waiting = turn.get(lane);
     if (waiting === undefined) {
       turn.set(lane, null);
-      return this.sendOne(requests, mode, sent);
+      return this.sendOne(requests, mode, sent, extra);
     }
     return new Promise<ScriptResult>((resolve, reject) => {
-      const decision: Queued = { requests, mode, sent, resolve, reject };
+      const decision: Queued = { requests, mode, sent, extra, resolve, reject };
       if (waiting === null) turn.set(lane, [decision]);
       else waiting.push(decision);
     });
@@ -76,8 +98,8 @@ export class Coalescer {
   /** Decisions that waited for the end of the turn: one call; each settles with its own result. */
   private sendQueued(queued: readonly Queued[]): void {
     if (queued.length === 1) {
-      const [{ requests, mode, sent, resolve, reject }] = queued;
-      this.sendOne(requests, mode, sent).then(resolve, reject);
+      const [{ requests, mode, sent, extra, resolve, reject }] = queued;
+      this.sendOne(requests, mode, sent, extra).then(resolve, reject);
       return;
     }
     this.sendMany(queued).then(

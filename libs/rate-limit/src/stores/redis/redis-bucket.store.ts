@@ -4,19 +4,23 @@ import { CONNECT_WAIT_MS } from '../../rate-limit.constants.js';
 import type { BucketStore, TakeOptions } from '../bucket-store.interface.js';
 import type { BucketRequest } from '../token-bucket.js';
 import { hashTag, keySlot } from './cluster-slots.js';
-import { Coalescer, type Queued } from './coalescer.js';
+import { Coalescer, type DecisionExtra, type Queued } from './coalescer.js';
 import { ownedConnectionOf, type OwnedConnection } from './owned-connection.js';
 import { diagnosticsOf, type RedisDiagnostics } from './redis-diagnostics.js';
 import type { RedisClient } from './redis-options.validation.js';
 import { checkAtStartup, type StartupCheckSettings } from './redis-startup.check.js';
 import {
-  appendDecision,
+  appendScriptDecision,
+  callError,
   decodeMany,
   decodeOne,
   decodeReserve,
+  GIVE_BACK_HEADER,
   hasPenalty,
   MODE_CODE,
-  reserveArguments,
+  reserveHeader,
+  type ReserveMember,
+  type ScriptDecision,
   type ScriptResult as Result,
 } from './token-bucket.codec.js';
 import { TOKEN_BUCKET_COMMAND, TOKEN_BUCKET_LUA, type TokenBucketMode } from './token-bucket.script.js';
@@ -69,7 +73,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     this.script = command.bind(client);
     this.coalescer = coalesce
       ? new Coalescer(
-          (requests, mode, sent) => this.send(requests, mode, undefined, sent),
+          (requests, mode, sent, extra) => this.send(requests, mode, undefined, sent, extra),
           (queued) => this.decide(queued, undefined),
           this.nodeOf !== undefined,
         )
@@ -146,7 +150,15 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<Result> {
     const mode: TokenBucketMode = options.refund ? 'refund' : options.dryRun ? 'peek' : 'take';
     const { now, sent } = options;
-    if (options.reserve !== undefined) return this.reserve(requests, options);
+    if (options.reserve !== undefined) {
+      if (requests.length !== 1) {
+        return Promise.reject(new RangeError(`RedisBucketStore: a reservation is of one bucket (got ${requests.length})`));
+      }
+      return this.run(requests, mode, now, sent, { reserve: options.reserve });
+    }
+    if (options.givesBack !== undefined && mode === 'refund' && requests.length === 1) {
+      return this.run(requests, mode, now, sent, { givesBack: options.givesBack });
+    }
     if (!(this.client instanceof Cluster) || requests.length < 2) {
       return this.run(requests, mode, now, sent);
     }
@@ -159,17 +171,6 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     });
     if (groups.size === 1) return this.run(requests, mode, now, sent);
     return this.takeByGroup(requests, [...groups.values()], mode, now, sent);
-  }
-
-  /** A reservation (acquire): one bucket, in a call of its own (never coalesced: its reply has a shape of its own). */
-  private reserve(requests: readonly BucketRequest[], options: TakeOptions): Promise<Result> {
-    if (requests.length !== 1) {
-      return Promise.reject(new RangeError(`RedisBucketStore: a reservation is of one bucket (got ${requests.length})`));
-    }
-    if (this.diagnostics !== undefined && this.client.status !== 'ready') return Promise.reject(this.diagnostics.notConnected());
-    options.sent?.();
-    const call = this.evaluate(reserveArguments(requests[0], options.reserve!, options.now));
-    return call.then((reply) => (this.connection?.answered(1), decodeReserve(reply)));
   }
 
   async delete(keys: readonly string[]): Promise<void> {
@@ -221,9 +222,10 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     mode: TokenBucketMode,
     now: number | undefined,
     sent: (() => void) | undefined,
+    extra?: DecisionExtra,
   ): Promise<Result> {
-    if (this.coalescer === undefined || now !== undefined) return this.send(requests, mode, now, sent);
-    return this.coalescer.run(requests, mode, sent);
+    if (this.coalescer === undefined || now !== undefined) return this.send(requests, mode, now, sent, extra);
+    return this.coalescer.run(requests, mode, sent, extra);
   }
 
   /** One decision in a call of its own. */
@@ -232,7 +234,9 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     mode: TokenBucketMode,
     now: number | undefined,
     sent: (() => void) | undefined,
+    extra?: DecisionExtra,
   ): Promise<Result> {
+    if (extra !== undefined) return this.sendExtra(requests[0], now, sent, extra);
     if (requests.length === 1 && !hasPenalty(requests)) {
       // The usual call: one bucket, one integer back.
       if (this.diagnostics !== undefined && this.client.status !== 'ready') {
@@ -247,30 +251,86 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
           : this.evaluate([1, key, header, capacity, refillPerSecond, cost, now]);
       return this.connection === undefined ? call.then(decodeOne) : call.then((reply) => (this.connection!.answered(1), decodeOne(reply)));
     }
-    return this.decide([{ requests, mode, sent }], now).then(([result]) => {
+    return this.decide([{ requests, mode, sent, extra: undefined }], now).then(([result]) => {
       if (result instanceof Error) throw result;
       return result;
     });
   }
 
-  /** One call for `decisions`, in order: per decision its result, or the script's refusal of its numbers. */
-  private decide(decisions: readonly Pick<Queued, 'requests' | 'mode' | 'sent'>[], now: number | undefined): Promise<(Result | Error)[]> {
+  /** A reservation, or the give-back of one, in a call of its own. */
+  private sendExtra(
+    request: BucketRequest,
+    now: number | undefined,
+    sent: (() => void) | undefined,
+    extra: DecisionExtra,
+  ): Promise<Result> {
+    if (this.diagnostics !== undefined && this.client.status !== 'ready') return Promise.reject(this.diagnostics.notConnected());
+    const { key, capacity, refillPerSecond, cost } = request;
+    const { reserve, givesBack } = extra;
+    const args: (string | number)[] = reserve
+      ? [1, key, reserveHeader(1), capacity, refillPerSecond, reserve.boundMs, cost, reserve.maxWaitMs]
+      : [1, key, GIVE_BACK_HEADER, capacity, refillPerSecond, cost, givesBack!.tokens, givesBack!.nowMs];
+    if (now !== undefined) args.push(now);
+    sent?.();
+    return this.evaluate(args).then((reply) => {
+      this.connection?.answered(1);
+      return reserve ? decodeReserve(reply) : decodeOne(reply);
+    });
+  }
+
+  /**
+   * One call for `decisions`, in order: per decision its result, or the script's refusal of it. The
+   * reservations of one bucket with the same numbers are one batch of the script (read and written once),
+   * in their order.
+   */
+  private decide(
+    decisions: readonly Pick<Queued, 'requests' | 'mode' | 'sent' | 'extra'>[],
+    now: number | undefined,
+  ): Promise<(Result | Error)[]> {
     // Without an offline queue ioredis would refuse the command anyway ("Stream isn't writeable"): say
     // where and why instead.
     if (this.diagnostics !== undefined && this.client.status !== 'ready') {
       return Promise.reject(this.diagnostics.notConnected());
     }
+    const script: ScriptDecision[] = [];
+    /** Per script decision, the positions in `decisions` of the results it answers, in order. */
+    const owners: number[][] = [];
+    /** Per batch of reservations (bucket and numbers), its position in `script` and its members. */
+    const batches = new Map<string, { at: number; members: ReserveMember[] }>();
+    decisions.forEach(({ requests, mode, extra }, i) => {
+      const reserve = extra?.reserve;
+      if (reserve !== undefined) {
+        const request = requests[0];
+        const id = `${request.capacity}/${request.refillPerSecond}/${reserve.boundMs}/${request.key}`;
+        const batch = batches.get(id);
+        const member = { cost: request.cost, maxWaitMs: reserve.maxWaitMs };
+        if (batch !== undefined) {
+          batch.members.push(member);
+          owners[batch.at].push(i);
+          return;
+        }
+        const members = [member];
+        batches.set(id, { at: script.length, members });
+        script.push({ kind: 'reservations', request, boundMs: reserve.boundMs, members });
+      } else if (extra?.givesBack !== undefined) {
+        script.push({ kind: 'giveBack', request: requests[0], mark: extra.givesBack });
+      } else {
+        script.push({ kind: 'buckets', requests, mode });
+      }
+      owners.push([i]);
+    });
     const keys: string[] = [];
     const argv: (string | number)[] = [];
-    for (const decision of decisions) appendDecision(keys, argv, decision.requests, decision.mode);
+    for (const decision of script) appendScriptDecision(keys, argv, decision);
     if (now !== undefined) argv.push(now);
     for (const decision of decisions) decision.sent?.();
     return this.evaluate([keys.length, ...keys, ...argv]).then((reply) => {
       this.connection?.answered(decisions.length);
-      return decodeMany(
-        reply,
-        decisions.map((decision) => decision.requests),
-      );
+      const answers = decodeMany(reply, script);
+      const results = new Array<Result | Error>(decisions.length);
+      let j = 0;
+      for (const positions of owners) for (const i of positions) results[i] = answers[j++];
+      return results;
     });
   }
 
@@ -280,10 +340,14 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
    * body again; a NOSCRIPT means the script did not run, so no decision is taken twice.
    */
   private evaluate(args: (string | number)[]): Promise<unknown> {
-    return this.call(args).catch((error: unknown) => {
-      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-      return this.call(args);
-    });
+    return this.call(args)
+      .catch((error: unknown) => {
+        if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
+        return this.call(args);
+      })
+      .catch((error: unknown) => {
+        throw callError(error);
+      });
   }
 
   /** One script call; a client the module created watches for its reply (`OwnedConnection.track`). */

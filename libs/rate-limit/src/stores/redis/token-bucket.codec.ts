@@ -1,4 +1,4 @@
-import type { ReserveOptions, TakeResult } from '../bucket-store.interface.js';
+import type { ReservationMark, TakeResult } from '../bucket-store.interface.js';
 import { type BucketRequest, type PenaltyReport, penaltyCostOf } from '../token-bucket.js';
 import type { TokenBucketMode } from './token-bucket.script.js';
 import { RateLimitError } from '../../errors/rate-limit.errors.js';
@@ -59,37 +59,84 @@ function badCode(value: unknown): RateLimitError {
   return new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', `token-bucket script: expected an integer code, got ${JSON.stringify(value)}`);
 }
 
-/** The header of a reservation (acquire) of one bucket. */
-export const RESERVE_HEADER = 11;
-
-/** The keys and arguments of a call that reserves `request`'s cost (see the script's header comment). */
-export function reserveArguments(request: BucketRequest, reserve: ReserveOptions, now: number | undefined): (string | number)[] {
-  const args = [
-    1,
-    request.key,
-    RESERVE_HEADER,
-    request.capacity,
-    request.refillPerSecond,
-    request.cost,
-    reserve.maxWaitMs,
-    reserve.boundMs,
-  ];
-  if (now !== undefined) args.push(now);
-  return args;
+/** One reservation of a batch of one bucket: its cost and the call's longest wait (ms). */
+export interface ReserveMember {
+  cost: number;
+  maxWaitMs: number;
 }
 
-/** A reservation's reply: its bucket's code, the wait in ms, and Redis' now in ms. */
+/** The header of `n` reservations (acquire) of one bucket. */
+export function reserveHeader(n: number): number {
+  return n * 8 + 3;
+}
+
+/** Adds `members.length` reservations of `request`'s bucket, in order, as one decision (see the script's header comment). */
+export function appendReservations(
+  keys: string[],
+  argv: (string | number)[],
+  request: BucketRequest,
+  boundMs: number,
+  members: readonly ReserveMember[],
+): void {
+  keys.push(request.key);
+  argv.push(reserveHeader(members.length), request.capacity, request.refillPerSecond, boundMs);
+  for (const member of members) argv.push(member.cost, member.maxWaitMs);
+}
+
+/** The header of a give-back: the refund of one reservation, which it names. */
+export const GIVE_BACK_HEADER = 15;
+
+/** Adds the give-back of a reservation of `request.cost` that `mark` describes. */
+export function appendGiveBack(keys: string[], argv: (string | number)[], request: BucketRequest, mark: ReservationMark): void {
+  keys.push(request.key);
+  argv.push(GIVE_BACK_HEADER, request.capacity, request.refillPerSecond, request.cost, mark.tokens, mark.nowMs);
+}
+
+/**
+ * The answers of `n` reservations of one bucket from `reply`, from position `at`: per reservation its
+ * bucket's code and its wait, then Redis' now once. Answers them and the position after them.
+ */
+export function decodeReservations(reply: readonly unknown[], at: number, n: number): { results: TakeResult[]; next: number } {
+  const nowMs = reply[at + 2 * n];
+  if (typeof nowMs !== 'number' || !Number.isSafeInteger(nowMs)) throw badCode(nowMs);
+  const results: TakeResult[] = [];
+  for (let j = 0; j < n; j++) {
+    const code = reply[at + 2 * j];
+    const waitMs = reply[at + 2 * j + 1];
+    if (typeof code !== 'number' || !Number.isSafeInteger(code)) throw badCode(code);
+    if (typeof waitMs !== 'number' || !Number.isSafeInteger(waitMs) || waitMs < 0) throw badCode(waitMs);
+    results.push({ allowed: code % 2 !== 0, tokens: [decodeTokens(code)], waitMs, nowMs });
+  }
+  return { results, next: at + 2 * n + 1 };
+}
+
+/** A call of one reservation alone: its bucket's code, the wait in ms, and Redis' now in ms. */
 export function decodeReserve(reply: unknown): TakeResult {
   if (!Array.isArray(reply) || reply.length !== 3)
     throw new RateLimitError(
       'ERR_RATE_LIMIT_STORE_CONTRACT',
       `token-bucket script: expected [code, wait, now], got ${JSON.stringify(reply)}`,
     );
-  const [code, waitMs, nowMs] = reply as unknown[];
-  if (typeof code !== 'number' || !Number.isSafeInteger(code)) throw badCode(code);
-  if (typeof waitMs !== 'number' || !Number.isSafeInteger(waitMs) || waitMs < 0) throw badCode(waitMs);
-  if (typeof nowMs !== 'number' || !Number.isSafeInteger(nowMs)) throw badCode(nowMs);
-  return { allowed: code % 2 !== 0, tokens: [decodeTokens(code)], waitMs, nowMs };
+  return decodeReservations(reply, 0, 1).results[0];
+}
+
+/** The prefix of the script's refusal of a decision whose key holds another type. */
+const UNUSABLE_KEY = 'token-bucket: unusable key';
+
+/**
+ * The script's refusal of one decision, as an error: a key that holds another type is that decision's
+ * own problem (`ERR_RATE_LIMIT_UNUSABLE_KEY`, never the store failing); a refusal of its numbers is a plain
+ * Error, as Redis gives it for a call of one (ioredis' ReplyError, no code).
+ */
+export function refusalOf(message: string): Error {
+  return message.startsWith(UNUSABLE_KEY) ? new RateLimitError('ERR_RATE_LIMIT_UNUSABLE_KEY', message) : new Error(message);
+}
+
+/** A call's error: an error reply that refuses an unusable key becomes `ERR_RATE_LIMIT_UNUSABLE_KEY`, anything else stays. */
+export function callError(error: unknown): unknown {
+  return error instanceof Error && !(error instanceof RateLimitError) && error.message.startsWith(UNUSABLE_KEY)
+    ? refusalOf(error.message)
+    : error;
 }
 
 export function decodeOne(reply: unknown): ScriptResult {
@@ -97,20 +144,45 @@ export function decodeOne(reply: unknown): ScriptResult {
   return { allowed: reply % 2 !== 0, tokens: [decodeTokens(reply)] };
 }
 
-/** The array reply of a call with several buckets or decisions: one result, or the script's refusal, per decision. */
-export function decodeMany(reply: unknown, decisions: readonly (readonly BucketRequest[])[]): (ScriptResult | Error)[] {
+/** One decision of a script call: buckets taken, peeked or refunded together; reservations of one bucket; or a give-back. */
+export type ScriptDecision =
+  | { kind: 'buckets'; requests: readonly BucketRequest[]; mode: TokenBucketMode }
+  | { kind: 'reservations'; request: BucketRequest; boundMs: number; members: readonly ReserveMember[] }
+  | { kind: 'giveBack'; request: BucketRequest; mark: ReservationMark };
+
+/** Adds one decision to a call. */
+export function appendScriptDecision(keys: string[], argv: (string | number)[], decision: ScriptDecision): void {
+  if (decision.kind === 'buckets') appendDecision(keys, argv, decision.requests, decision.mode);
+  else if (decision.kind === 'reservations') appendReservations(keys, argv, decision.request, decision.boundMs, decision.members);
+  else appendGiveBack(keys, argv, decision.request, decision.mark);
+}
+
+/**
+ * The array reply of a call with several buckets or decisions: in order, one result per decision of
+ * buckets or give-back, one per reservation of a batch; or the script's refusal of the decision, once
+ * per result it stands for.
+ */
+export function decodeMany(reply: unknown, decisions: readonly ScriptDecision[]): (ScriptResult | Error)[] {
   if (!Array.isArray(reply))
     throw new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', `token-bucket script: expected an array, got ${JSON.stringify(reply)}`);
   const results: (ScriptResult | Error)[] = [];
   let at = 0;
-  for (const requests of decisions) {
-    const first = reply[at];
+  for (const decision of decisions) {
+    const first: unknown = reply[at];
     if (typeof first === 'string') {
-      // The script's own refusal of this decision, as Redis gives it for a call of one (ioredis' ReplyError, no code): not a library error.
-      results.push(new Error(first));
+      const refusal = refusalOf(first);
+      const count = decision.kind === 'reservations' ? decision.members.length : 1;
+      for (let j = 0; j < count; j++) results.push(refusal);
       at += 1;
       continue;
     }
+    if (decision.kind === 'reservations') {
+      const { results: answers, next } = decodeReservations(reply, at, decision.members.length);
+      results.push(...answers);
+      at = next;
+      continue;
+    }
+    const requests = decision.kind === 'buckets' ? decision.requests : [decision.request];
     const n = requests.length;
     const tokens = new Array<number>(n);
     for (let i = 0; i < n; i++) {
@@ -120,7 +192,7 @@ export function decodeMany(reply: unknown, decisions: readonly (readonly BucketR
     }
     const allowed = (first as number) % 2 !== 0;
     at += n;
-    if (!hasPenalty(requests)) {
+    if (decision.kind === 'giveBack' || !hasPenalty(requests)) {
       results.push({ allowed, tokens });
       continue;
     }

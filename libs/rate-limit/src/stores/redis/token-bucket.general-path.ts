@@ -24,13 +24,26 @@
  * with '%d' (a Lua number that large may be printed with an exponent, which PEXPIRE refuses). A call whose headers
  * do not match its keys and arguments is refused whole before anything is written.
  *
- * Reservations (header 11, acquire()): the bucket is read and refilled as for a take; the wait is the time until it
- * holds the cost, ceil((cost - t) / R * 1000) ms (0 when it has it), and at least until a running penalty ends.
- * Within the call's longest wait, the cost is taken (the tokens may go below 0: every later caller, take or
- * reservation, finds the reserved tokens gone, so turns are FIFO by arrival here and grants never exceed B + R·t),
- * and the bucket stores `w`, the longest wait of any caller (kept at the largest seen): tokens down to -(w * R /
- * 1000 + 1) are then reservations, not damage. Beyond the call's longest wait nothing is written (a repair aside). A
- * reservation given back is a refund. Tokens below 0 never take the usual call's fast path.
+ * Reservations (header n * 8 + 3, acquire(): n of one bucket, in order): the bucket is read and refilled once as
+ * for a take; each one's wait is the time until it holds that cost, ceil((cost - t) / R * 1000) ms (0 when it has
+ * it), and at least until a running penalty ends. Within the call's longest wait, the cost is taken (the tokens may
+ * go below 0: every later caller, take or reservation, finds the reserved tokens gone, so turns are FIFO by arrival
+ * here and grants never exceed B + R·t), and the bucket stores the longest wait of any caller `w` (ms) and the depth
+ * `d` it allows at the caller's refill, w * R / 1000 + 1 tokens (each kept at the largest seen): tokens down to -d
+ * are then reservations, not damage, for every caller whatever its own refill (a rolling deploy with other numbers).
+ * Beyond the call's longest wait nothing is taken (a repair aside).
+ *
+ * Refunds into a bucket below 0 by reservations (it has a \`w\` or \`d\`): the turns already told stay where they are,
+ * so a token given back there would let a new caller share a moment that is already taken, and a window would hold
+ * more than B + R·t. A plain refund (mode 2) therefore gives nothing back to such a bucket. (Below 0 by a penalty
+ * alone, a refund gives the cost back as ever: a penalty only ever holds a bucket lower than B + R·t would.) A
+ * give-back (header 15) names
+ * the reservation it returns by the tokens it left and the time it was made: when no reservation came after it
+ * (`last`), its cost is given back and the last turn moves back by exactly that; otherwise nothing is. A bucket at
+ * or above 0 (no turn to come) gets the cost back, capped at capacity, as ever.
+ *
+ * A key that holds another type (WRONGTYPE) fails its own decision (an error string, 'token-bucket: unusable key:
+ * ...'), never the others of the call: HMGET is the first command on each key, and runs in redis.pcall.
  *
  * State it cannot trust is repaired, as `repair()` in stores/token-bucket.ts does: non-finite tokens or ts (nan,
  * inf, garbage) count as a missing key (a full bucket), tokens below -(b*R) (b: blockSeconds of the call, 0 without
@@ -43,12 +56,18 @@ export const GENERAL_PATH_LUA = `-- The structure first: headers that match the 
 local at, keys, decisions = 1, 0, 0
 while at < nargs do
   local h = tonumber(ARGV[at])
-  if not h or h ~= floor(h) or h < 8 or (h % 4 == 3 and h ~= 11) then
+  if not h or h ~= floor(h) or h < 8 or (h % 8 == 7 and h ~= 15) then
     return redis.error_reply('token-bucket: argument ' .. at .. ' must be a decision header')
   end
   local n = floor(h / 8)
-  if h == 11 or h % 8 >= 4 then at = at + 1 + 5 * n else at = at + 1 + 3 * n end
-  keys = keys + n
+  if h % 8 == 3 then
+    -- n reservations of one bucket: capacity, refill, the longest wait, then a cost and a longest wait each.
+    at = at + 4 + 2 * n
+    keys = keys + 1
+  else
+    if h % 8 >= 4 then at = at + 1 + 5 * n else at = at + 1 + 3 * n end
+    keys = keys + n
+  end
   decisions = decisions + 1
 end
 if at < nargs or at > nargs + 1 or keys ~= #KEYS or decisions == 0 then
@@ -94,39 +113,59 @@ local function numbers(i, k, a, penalty)
   return cap, rate, cost, block, least
 end
 
--- How far below 0 reservations may have taken a bucket: what refills within the longest wait w (ms)
--- stored with it by acquire(), plus one token for rounding; 0 without one; at most what refills within
--- the longest window (at most MAX_CAPACITY), as for penalties.
+-- How far below 0 reservations may have taken a bucket, in tokens: the depth \`d\` the reservations stored
+-- (what refilled within the longest wait at their own refill, plus one token for rounding), or, written by
+-- an older version, what refills within the longest wait \`w\` (ms) at this caller's refill, plus one; 0
+-- without either; at most what refills within the longest window (at most MAX_CAPACITY), as for
+-- penalties. A depth in tokens reads the same for every caller whatever its refill (a rolling deploy).
 local function reserved(key, rate)
-  local w = tonumber(call('HGET', key, 'w'))
-  if not w or not (w > 0) then return 0 end
+  local s = call('HMGET', key, 'w', 'd')
+  local w, d = tonumber(s[1]), tonumber(s[2])
+  local least = 0
+  if w and w > 0 then least = w * rate / 1000 + 1 end
+  if d and d > least then least = d end
   local most = MAX_WINDOW_SECONDS * rate
   if most > MAX_CAPACITY then most = MAX_CAPACITY end
-  local least = w * rate / 1000 + 1
   if not (least <= most) then return most end
   return least
 end
 
--- The numbers of reservation (key k, arguments from a): capacity, refill, cost, the longest wait of the
--- call and the longest wait any call may have (ms), or nil and why they are refused.
-local function reserveNumbers(k, a)
-  local cap, rate, cost = numbers(1, k, a, false)
-  if not cap then return nil, rate end
-  local most, bound = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+-- The numbers of a batch of n reservations of one bucket (key k, arguments from a): capacity, refill, the
+-- longest wait any call may have (ms), the costs and the calls' longest waits; or nil and why they are refused.
+local function reserveNumbers(k, a, n)
+  local cap, rate = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  if not cap or cap ~= floor(cap) or cap < 1 or cap > MAX_CAPACITY then
+    return nil, refused(1, k, 'capacity must be an integer from 1 to ' .. MAX_CAPACITY)
+  end
+  if not rate or not (rate > 0) or rate == HUGE or not (cap / rate <= MAX_WINDOW_SECONDS) then
+    return nil, refused(1, k, 'refill must be > 0 with capacity / refill at most ' .. MAX_WINDOW_SECONDS .. ' s')
+  end
+  local bound = tonumber(ARGV[a + 2])
   if not bound or not (bound >= 0) or bound > MAX_WINDOW_SECONDS * 1000 or not (bound * rate / 1000 <= MAX_CAPACITY) then
     return nil, refused(1, k, 'the longest wait must be from 0 to ' .. MAX_WINDOW_SECONDS * 1000 .. ' ms, with its refill at most ' .. MAX_CAPACITY .. ' tokens')
   end
-  if not most or not (most >= 0) or most > bound then
-    return nil, refused(1, k, 'maxWaitMs must be from 0 to the longest wait ' .. bound)
+  local costs, mosts = {}, {}
+  for j = 1, n do
+    local cost, most = tonumber(ARGV[a + 1 + 2 * j]), tonumber(ARGV[a + 2 + 2 * j])
+    if not cost or cost ~= floor(cost) or cost < 0 or cost == HUGE then
+      return nil, refused(1, k, 'cost must be an integer >= 0')
+    end
+    if not most or not (most >= 0) or most > bound then
+      return nil, refused(1, k, 'maxWaitMs must be from 0 to the longest wait ' .. bound)
+    end
+    costs[j], mosts[j] = cost, most
   end
-  return cap, rate, cost, most, bound
+  return cap, rate, bound, costs, mosts
 end
 
 -- A bucket as it stands now: tokens (refilled, capped), stamp, whether it has state, whether its
 -- state was repaired, when its penalty ends (false: none runs; whoever started it), and whether the
--- key exists at all.
+-- key exists at all; or nil and Redis' error when the key holds another type.
 local function load(key, cap, rate, block)
-  local state = call('HMGET', key, 'tokens', 'ts', 'b')
+  -- A key of another type (another application's, a bad migration) fails its own decision only: the
+  -- others of the call go on (\`unusable\`).
+  local state = redis.pcall('HMGET', key, 'tokens', 'ts', 'b')
+  if state.err then return nil, state.err end
   local e = tonumber(state[3])
   local ends = e ~= nil and e == e and e ~= HUGE and e > now and e
   local t, ts = tonumber(state[1]), tonumber(state[2])
@@ -233,6 +272,24 @@ local function code(t, allowed)
   return c
 end
 
+-- The refusal of a decision whose bucket i (key k) cannot be used: the caller fails that decision alone
+-- and does not count it as the store failing (the prefix is what it recognises).
+local function unusable(i, k, err)
+  return 'token-bucket: unusable key: bucket ' .. i .. ' (' .. KEYS[k] .. '): ' .. err
+end
+
+-- Whether a give-back finds the reservation it returns still the last one of its bucket: no reservation
+-- came after it, so the count is what that reservation left (tokens \`mt\` at \`mn\`) plus the refill since,
+-- within half a token (a later reservation took at least one). Then giving the cost back moves the last
+-- turn back by exactly it; otherwise the turns after it stay where they are, and tokens given back would
+-- let new callers share their moments, more than B + R*t in a window.
+local function last(t, rate, mt, mn)
+  if not (mt and mn and mt == mt and mn == mn and mt ~= HUGE and mt ~= -HUGE and mn ~= HUGE and mn ~= -HUGE) then return false end
+  local since = now - mn
+  if since < 0 then since = 0 end
+  return t >= mt + since * rate / 1000 - 0.5
+end
+
 local function penaltyLeft(ends)
   if ends then return floor(ends - now) end
   return 0
@@ -244,54 +301,90 @@ local k = 1
 for _ = 1, decisions do
   local h = tonumber(ARGV[at])
   local n, mode, penalty = floor(h / 8), h % 4, h % 8 >= 4
-  local stride = (penalty or mode == 3) and 5 or 3
   local a0, k0 = at + 1, k
-  at = at + 1 + stride * n
-  k = k + n
-  if mode == 3 then
-    -- A reservation (acquire): the cost is taken now, the bucket may go below 0 by it, and the reply says
-    -- when the tokens exist (the caller's turn); refused, and nothing taken, when that is more than its
-    -- longest wait.
+  if h % 8 == 3 then
+    at = at + 4 + 2 * n
+    k = k + 1
+  else
+    at = at + 1 + ((penalty or mode == 3) and 5 or 3) * n
+    k = k + n
+  end
+  local stride = penalty and 5 or 3
+  if h % 8 == 3 then
+    -- n reservations of one bucket (acquire), in order: each takes its cost now if its turn comes within
+    -- its longest wait (the bucket may go below 0 by it) and is told when (the wait until the bucket
+    -- holds its cost, at least until a running penalty ends); refused, and nothing taken, beyond it. The
+    -- bucket is read and written once for all of them.
     local key = KEYS[k0]
-    local cap, rate, cost, most, bound = reserveNumbers(k0, a0)
-    if not cap then
+    local cap, rate, bound, costs, mosts = reserveNumbers(k0, a0, n)
+    local t, ts, exists, repaired, ends, held
+    if cap then
+      t, ts, exists, repaired, ends, held = load(key, cap, rate, 0)
+      if t == nil then rate = unusable(1, k0, ts) end
+    end
+    if not cap or t == nil then
       if decisions == 1 then return redis.error_reply(rate) end
       r = r + 1
       reply[r] = rate
     else
-      local t, ts, exists, repaired, ends, held = load(key, cap, rate, 0)
-      local wait = 0
-      if t < cost then wait = ceil((cost - t) / rate * 1000) end
-      if ends and ends - now > wait then wait = ceil(ends - now) end
-      local allowed = wait <= most
-      t = settle(key, 0, allowed, cap, rate, cost, 0, 0, t, ts, exists, repaired, ends, held)
-      if allowed and t < 0 then
-        -- The bound that tells these reservations from damage: the longest of the callers' longest waits.
-        local w = tonumber(call('HGET', key, 'w'))
-        if not (w and w >= bound) then call('HSET', key, 'w', bound) end
+      local any = false
+      for j = 1, n do
+        local cost = costs[j]
+        local wait = 0
+        if t < cost then wait = ceil((cost - t) / rate * 1000) end
+        if ends and ends - now > wait then wait = ceil(ends - now) end
+        local allowed = wait <= mosts[j]
+        if allowed then
+          t = t - cost
+          any = true
+        end
+        r = r + 1
+        reply[r] = code(t, allowed)
+        r = r + 1
+        reply[r] = wait
       end
-      r = r + 1
-      reply[r] = code(t, allowed)
-      r = r + 1
-      reply[r] = wait
+      settle(key, 0, any, cap, rate, 0, 0, 0, t, ts, exists, repaired, ends, held)
+      if any and t < 0 then
+        -- What tells these reservations from damage, for every caller: the longest wait (ms, read by older
+        -- versions) and the depth it allows at this refill (tokens), each kept at the largest seen.
+        local depth = bound * rate / 1000 + 1
+        local s = call('HMGET', key, 'w', 'd')
+        local w, d = tonumber(s[1]), tonumber(s[2])
+        if not (w and w >= bound) then
+          if not (d and d >= depth) then call('HSET', key, 'w', bound, 'd', depth) else call('HSET', key, 'w', bound) end
+        elseif not (d and d >= depth) then
+          call('HSET', key, 'd', depth)
+        end
+      end
       r = r + 1
       reply[r] = now
     end
   elseif n == 1 then
-    -- One bucket: the same steps as below, in locals (no tables per decision).
+    -- One bucket: the same steps as below, in locals (no tables per decision). A give-back (header 15)
+    -- is a refund that says which reservation it returns (\`last\`).
     local key = KEYS[k0]
-    local cap, rate, cost, block, least = numbers(1, k0, a0, penalty)
-    if not cap then
+    local cap, rate, cost, block, least = numbers(1, k0, a0, penalty and h ~= 15)
+    local t, ts, exists, repaired, ends, held
+    if cap then
+      t, ts, exists, repaired, ends, held = load(key, cap, rate, block)
+      if t == nil then rate = unusable(1, k0, ts) end
+    end
+    if not cap or t == nil then
       if decisions == 1 then return redis.error_reply(rate) end
       r = r + 1
       reply[r] = rate
     else
-      local t, ts, exists, repaired, ends, held = load(key, cap, rate, block)
+      if h == 15 then mode = 2 end
       local allowed, running = mode == 2 or (t >= cost and not ends), ends
-      t, ends = settle(key, mode, allowed, cap, rate, cost, block, least, t, ts, exists, repaired, ends, held)
+      -- A refund gives back to a bucket below 0 by reservations only the last one: other callers' turns are set.
+      local gives = allowed
+      if mode == 2 and t < 0 and reserved(key, rate) > 0 and not (h == 15 and last(t, rate, tonumber(ARGV[a0 + 3]), tonumber(ARGV[a0 + 4]))) then
+        gives = false
+      end
+      t, ends = settle(key, mode, gives, cap, rate, cost, mode == 2 and 0 or block, least, t, ts, exists, repaired, ends, held)
       r = r + 1
       reply[r] = code(allowed and t or shown(t, cost, rate, running), allowed)
-      if penalty then
+      if penalty and h ~= 15 then
         r = r + 1
         reply[r] = penaltyLeft(ends)
       end
@@ -314,22 +407,32 @@ for _ = 1, decisions do
       end
       caps[i], rates[i], costs[i], blocks[i], leasts[i] = cap, rate, cost, block, least
     end
+    local tokens, stamps, exists, repaired, ends, held = {}, {}, {}, {}, {}, {}
+    if not problem then
+      for i = 1, n do
+        tokens[i], stamps[i], exists[i], repaired[i], ends[i], held[i] = load(KEYS[k0 + i - 1], caps[i], rates[i], blocks[i])
+        if tokens[i] == nil then
+          problem = unusable(i, k0 + i - 1, stamps[i])
+          break
+        end
+      end
+    end
     if problem then
       if decisions == 1 then return redis.error_reply(problem) end
       r = r + 1
       reply[r] = problem
     else
-      local tokens, stamps, exists, repaired, ends, held = {}, {}, {}, {}, {}, {}
       local allowed = true
       for i = 1, n do
-        tokens[i], stamps[i], exists[i], repaired[i], ends[i], held[i] = load(KEYS[k0 + i - 1], caps[i], rates[i], blocks[i])
         if tokens[i] < costs[i] or ends[i] then allowed = false end
       end
       if mode == 2 then allowed = true end
       local running = {}
       for i = 1, n do
         running[i] = ends[i]
-        tokens[i], ends[i] = settle(KEYS[k0 + i - 1], mode, allowed, caps[i], rates[i], costs[i], blocks[i], leasts[i], tokens[i], stamps[i], exists[i], repaired[i], ends[i], held[i])
+        -- A refund gives nothing back to a bucket below 0 by reservations: other callers' turns are set.
+        local gives = allowed and not (mode == 2 and tokens[i] < 0 and reserved(KEYS[k0 + i - 1], rates[i]) > 0)
+        tokens[i], ends[i] = settle(KEYS[k0 + i - 1], mode, gives, caps[i], rates[i], costs[i], mode == 2 and 0 or blocks[i], leasts[i], tokens[i], stamps[i], exists[i], repaired[i], ends[i], held[i])
         r = r + 1
         reply[r] = code(allowed and tokens[i] or shown(tokens[i], costs[i], rates[i], running[i]), allowed)
       end

@@ -13,20 +13,25 @@ import { GENERAL_PATH_LUA } from './token-bucket.general-path.js';
  * ARGV             per decision:
  *   header         n * 8 + (4 when a bucket of it has a penalty) + mode (0 take: drain all or none,
  *                  1 peek: write nothing, 2 refund: give the cost back), n = its number of buckets;
- *                  or 11: a reservation (acquire) of one bucket
+ *                  or n * 8 + 3: n reservations (acquire) of one bucket (one key), in order;
+ *                  or 15: a give-back of one reservation of one bucket (a refund that names it)
  *   per bucket     capacity, refill per second, cost (and blockSeconds, penalty cost after a header
- *                  with the 4 bit; and the call's longest wait, the longest wait of any call, both in
- *                  ms, after the header 11)
+ *                  with the 4 bit; after 15, the tokens the reservation left and the ms it was made
+ *                  at, as its reply said)
+ *   reservations   capacity, refill per second, the longest wait of any call (ms), then per
+ *                  reservation its cost and the call's longest wait (ms)
  *                  and last, optionally, now in ms (tests); without it Redis TIME is the clock (the only
  *                  clock: app instances may be skewed)
  *
  * Reply            a call of one decision over one bucket without a penalty (the usual case): one
  *                  integer, the bucket's code. Otherwise an array, decision after decision: the code of
  *                  each bucket, then with a penalty the whole ms it still runs after now, per bucket
- *                  (0: none); a decision whose arguments are refused is one error string instead.
- *                  A reservation: its bucket's code, then the wait in ms until its turn (also when
- *                  refused: the wait it would have had), then now (ms, the clock it decided by): the
- *                  turn is now + wait by Redis' clock.
+ *                  (0: none); a decision whose arguments are refused is one error string instead, and
+ *                  so is one whose key holds another type ('token-bucket: unusable key: ...'; alone,
+ *                  an error reply with that text). Reservations: per reservation the bucket's code
+ *                  after it and the wait in ms until its turn (also when refused: the wait it would
+ *                  have had), then once now (ms, the clock they were decided by): a turn is now +
+ *                  its wait by Redis' clock.
  * Code             ((m * 128) + e + 64) * 2 + allowed: the bucket's tokens after the decision as a float
  *                  with a 45-bit signed mantissa m = floor(tokens * 2^(45 - e)) and the binary exponent
  *                  e of the tokens (frexp; at least -60, so tokens below 2^-61 come out as 0 or a
@@ -72,7 +77,8 @@ if #KEYS == 1 and (nargs == 4 or nargs == 5) then
     and rate and rate > 0 and rate ~= HUGE and cap / rate <= MAX_WINDOW_SECONDS
     and cost and cost % 1 == 0 and cost >= 0 and cost ~= HUGE and now == now and now ~= HUGE and now ~= -HUGE then
     local key = KEYS[1]
-    local state = call('HMGET', key, 'tokens', 'ts', 'b')
+    local state = redis.pcall('HMGET', key, 'tokens', 'ts', 'b')
+    if state.err then return redis.error_reply('token-bucket: unusable key: bucket 1 (' .. key .. '): ' .. state.err) end
     local e = state[3] and tonumber(state[3])
     local t = tonumber(state[1])
     -- A penalty runs (set by a caller of this bucket with other numbers), or the tokens are below 0
