@@ -291,11 +291,30 @@ describe('BucketService.acquire() against Redis', () => {
 
 describe('acquire() and the application lifecycle', () => {
   const scenario = redisScenario('acquire-close');
+  /**
+   * The test's module, closed after the test whatever happened: a failed assertion before the test's own
+   * close() would leave its Redis connection and the waiters' timers open, and Jest would wait for them
+   * ("did not exit") until killed. A test that closes it itself clears it first (close() runs once).
+   */
+  let running: TestingModule | undefined;
+
+  afterEach(async () => {
+    const left = running;
+    running = undefined;
+    await left?.close();
+  });
+
+  /** Closes the test's module now (what the test is about), so that afterEach does not close it again. */
+  function closeRunning(): Promise<void> {
+    const moduleRef = running!;
+    running = undefined;
+    return moduleRef.close();
+  }
 
   it('app.close() rejects the waiting calls and gives their reservations back', async () => {
     const prefix = scenario.nextKeyPrefix();
-    const moduleRef = await serviceOn(await redisUrl(), prefix);
-    const buckets = moduleRef.get(BucketService);
+    running = await serviceOn(await redisUrl(), prefix);
+    const buckets = running.get(BucketService);
     await buckets.acquire('closing', SLOW, { cost: 2 });
     const emptied = await stored(scenario.client, `${prefix}{closing}`);
     const waiting = [buckets.acquire('closing', SLOW), buckets.acquire('closing', SLOW, { cost: 2 })];
@@ -303,7 +322,7 @@ describe('acquire() and the application lifecycle', () => {
     await new Promise((resolve) => setTimeout(resolve, 30));
     const before = await stored(scenario.client, `${prefix}{closing}`);
     expect(before.tokens - (before.ts - emptied.ts) / 1000).toBeCloseTo(-3, 9);
-    await moduleRef.close();
+    await closeRunning();
     for (const outcome of await outcomes) {
       expect(outcome).toMatchObject({ status: 'rejected', reason: { code: 'ERR_RATE_LIMIT_SHUTTING_DOWN' } });
     }
@@ -313,13 +332,13 @@ describe('acquire() and the application lifecycle', () => {
 
   it('refuses a call beyond acquire.maxWaiting, reserving nothing', async () => {
     const prefix = scenario.nextKeyPrefix();
-    const moduleRef = await serviceOn(await redisUrl(), prefix, { acquire: { maxWaiting: 2 } });
-    const buckets = moduleRef.get(BucketService);
+    running = await serviceOn(await redisUrl(), prefix, { acquire: { maxWaiting: 2 } });
+    const buckets = running.get(BucketService);
     const first = buckets.acquire('full', SLOW, { cost: 2 });
     const second = buckets.acquire('full', SLOW, { cost: 2 }).catch((e: unknown) => e);
     await expect(buckets.acquire('full', SLOW)).rejects.toMatchObject({ code: 'ERR_RATE_LIMIT_TOO_MANY_WAITING' });
     await first;
-    await moduleRef.close();
+    await closeRunning();
     expect(await second).toMatchObject({ code: 'ERR_RATE_LIMIT_SHUTTING_DOWN' });
   });
 });
