@@ -32,6 +32,30 @@ class TenantsController {
   }
 }
 
+/** Fails the lookups it is told to (a throw, then a rejected promise), then answers 5 per 5 s. */
+@Injectable()
+class FlakyLimits implements RateLimitResolver {
+  lookups = 0;
+  failures: ('throw' | 'reject')[] = [];
+  resolve(): ResolvedLimits | Promise<ResolvedLimits> {
+    this.lookups++;
+    const failure = this.failures.shift();
+    if (failure === 'throw') throw new Error('plan service down');
+    if (failure === 'reject') return Promise.reject(new Error('plan service timed out'));
+    return { capacity: 5, refillPerSecond: 1 };
+  }
+}
+
+@Controller('plans')
+class PlansController {
+  // No fallback: a failed lookup refuses the request with 500, so each response says which lookup it had.
+  @Post()
+  @RateLimit({ resolve: FlakyLimits, keyBy: tenantOf })
+  post(@Body() _body: unknown) {
+    return { ok: true };
+  }
+}
+
 describe('the resolver cache', () => {
   const scenario = redisScenario('resolver-cache');
 
@@ -73,6 +97,44 @@ describe('the resolver cache', () => {
     expect(resolver.lookups).toBe(21);
     // The 19 others expired too, and nobody asked for them again: they are gone, not kept until 10,000.
     expect(cached()).toBe(1);
+  });
+
+  it('does not keep a failed lookup for resolverCacheMs: the next request of the identity asks again, and a success is kept', async () => {
+    @Module({
+      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: scenario.nextKeyPrefix(), resolverCacheMs: 600_000 })],
+      controllers: [PlansController],
+      providers: [FlakyLimits],
+    })
+    class FlakyResolverModule {}
+    const app = scenario.track(await createApp(FlakyResolverModule, 'express'));
+    await app.listen(0, '127.0.0.1');
+    const url = await app.getUrl();
+    const resolver = app.get(FlakyLimits);
+    const numbers = (app.get(RouteLimiter) as unknown as { numbers: { cached: number } }).numbers;
+    const post = async (tenant: string) => {
+      const response = await fetch(`${url}/plans`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ tenant }),
+      });
+      await response.arrayBuffer();
+      return { status: response.status, limit: response.headers.get('ratelimit-limit') };
+    };
+    resolver.failures = ['throw', 'reject'];
+    // The lookup throws: 500, and nothing is cached for this identity.
+    expect(await post('acme')).toEqual({ status: 500, limit: null });
+    expect(resolver.lookups).toBe(1);
+    expect(numbers.cached).toBe(0);
+    // Within the 10 minutes the answer would be kept, the next request asks again: this lookup rejects.
+    expect(await post('acme')).toEqual({ status: 500, limit: null });
+    expect(resolver.lookups).toBe(2);
+    expect(numbers.cached).toBe(0);
+    // Then the lookup succeeds: the request is limited by its answer, and that answer is kept.
+    expect(await post('acme')).toEqual({ status: 201, limit: '5' });
+    expect(resolver.lookups).toBe(3);
+    expect(numbers.cached).toBe(1);
+    expect(await post('acme')).toEqual({ status: 201, limit: '5' });
+    expect(resolver.lookups).toBe(3);
   });
 
   it('holds under 4 KB of heap per cached identity of 15 KB (2,000 identities), measured by emptying it', async () => {
