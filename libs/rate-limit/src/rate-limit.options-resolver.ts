@@ -204,7 +204,7 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     redis: resolveRedis(options, store),
     store,
     keyPrefix,
-    failureMode: oneOf('failureMode', options.failureMode, FAILURE_MODES, 'open'),
+    failureMode: oneOf('failureMode', options.failureMode, FAILURE_MODES, 'local'),
     timeoutMs,
     legacyHeaders: options.legacyHeaders ?? true,
     standardHeaders: oneOf('standardHeaders', options.standardHeaders, STANDARD_HEADERS, 'draft-6'),

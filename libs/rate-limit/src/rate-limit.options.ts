@@ -43,7 +43,11 @@ export interface RateLimitModuleOptions {
   store?: 'redis' | 'memory' | BucketStore;
   /** Prefix of every Redis key the limiter writes. Default `'rl:'`. */
   keyPrefix?: string;
-  /** What a request gets when Redis errors or times out: `'open'` (default) allows, `'closed'` answers 503, `'local'` uses an in-process bucket. */
+  /**
+   * What a request gets when Redis errors or times out: `'local'` (default) decides it in an in-process
+   * bucket with the same policy (each instance keeps the limit on its own: N instances admit at most N
+   * times it; memory bounded by `maxLocalBuckets`), `'closed'` answers 503, `'open'` allows it unlimited.
+   */
   failureMode?: FailureMode;
   /** Longest wait for one decision from Redis, in ms. Default 100. */
   timeoutMs?: number;
