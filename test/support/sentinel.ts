@@ -30,10 +30,31 @@ export interface Address {
 class Node {
   constructor(
     readonly port: number,
-    readonly child: ChildProcess,
+    /** The running process; replaced by `restart()`. */
+    public child: ChildProcess,
     /** Where it logs: why it exited, when it did. */
     readonly logFile: string,
+    /** How it was started: `restart()` starts it again so. */
+    private readonly start?: () => ChildProcess,
   ) {}
+
+  /**
+   * Starts the process again with the same command line (the same port), after it was killed; resolves
+   * when it answers PING, with that moment (`performance.now()`).
+   */
+  async restart(timeoutMs = 10_000): Promise<number> {
+    if (this.start === undefined) throw new Error(`port ${this.port}: no command line to restart`);
+    if (isRunning(this.child)) await this.stop();
+    this.child = this.start();
+    this.child.unref();
+    const deadline = performance.now() + timeoutMs;
+    while (performance.now() < deadline) {
+      if (await pingRedis(this.url, 200)) return performance.now();
+      if (!isRunning(this.child)) throw new Error(`port ${this.port}: the restarted process exited with ${this.child.exitCode}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    throw new Error(`port ${this.port}: the restarted process did not answer within ${timeoutMs} ms`);
+  }
 
   get url(): string {
     return `redis://127.0.0.1:${this.port}`;
@@ -119,9 +140,10 @@ export class LocalSentinels {
       );
     const deployment = new LocalSentinels([], [], dir);
     try {
+      const replicaOf = ['--replicaof', '127.0.0.1', String(ports[0])];
       deployment.servers.push(
-        new Node(ports[0], server(ports[0]), logFile(ports[0])),
-        new Node(ports[1], server(ports[1], ['--replicaof', '127.0.0.1', String(ports[0])]), logFile(ports[1])),
+        new Node(ports[0], server(ports[0]), logFile(ports[0]), () => server(ports[0])),
+        new Node(ports[1], server(ports[1], replicaOf), logFile(ports[1]), () => server(ports[1], replicaOf)),
       );
       for (const p of ports.slice(2)) {
         const file = join(dir, `sentinel-${p}.conf`);

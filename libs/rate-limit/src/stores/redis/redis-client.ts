@@ -1,4 +1,5 @@
 import { Redis, type RedisOptions } from 'ioredis';
+import { RateLimitError } from '../../errors/rate-limit.errors.js';
 import { diagnosticsOf, isReadOnlyError, type RedisDiagnostics } from './redis-diagnostics.js';
 import { ownConnection } from './owned-connection.js';
 import { checkRedisOption, isRedisClient, type RedisClient } from './redis-options.validation.js';
@@ -52,7 +53,34 @@ export function createRedisClient(redis: unknown): { client: RedisClient; owned:
   };
   client = typeof option === 'string' ? new Redis(option, failFast) : new Redis({ ...withSentinelDefaults(option), ...failFast });
   const diagnostics = diagnosticsOf(client);
+  inFlightLossInWords(client, diagnostics);
   if (!revive) diagnostics.retrying = 'the client retries as your retryStrategy says';
   ownConnection(client, diagnostics, revive);
   return { client, owned: true };
+}
+
+/**
+ * With `maxRetriesPerRequest: 0`, ioredis fails the calls in flight when a connection closes with its
+ * MaxRetriesPerRequestError, "Reached the max retries per request limit (which is 0). Refer to
+ * "maxRetriesPerRequest" option for details.": words about an option, not about what happened. The
+ * module's client fails them with `ERR_RATE_LIMIT_REDIS_NOT_CONNECTED` instead, saying that the
+ * connection closed before the answer, that the call is not sent again, and that the client reconnects.
+ * ioredis rejects them through `flushQueue(error)` (not public, but stable since ioredis 4); another error
+ * passes as it is.
+ */
+function inFlightLossInWords(client: Redis, diagnostics: RedisDiagnostics): void {
+  const flushable = client as unknown as { flushQueue?: (error: Error, options?: unknown) => void };
+  const flush = flushable.flushQueue;
+  if (typeof flush !== 'function') return;
+  flushable.flushQueue = function (this: Redis, error: Error, options?: unknown) {
+    const lost =
+      error?.name === 'MaxRetriesPerRequestError'
+        ? new RateLimitError(
+            'ERR_RATE_LIMIT_REDIS_NOT_CONNECTED',
+            `the connection to ${diagnostics.target} closed before the answer came; the call is not sent again ` +
+              '(it may have been decided on the server), and the client reconnects',
+          )
+        : error;
+    return flush.call(this, lost, options);
+  };
 }

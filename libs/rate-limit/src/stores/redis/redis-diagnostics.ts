@@ -67,7 +67,36 @@ export function describeCause(error: unknown, tls = false): string {
   }
   if (code === 'ECONNRESET' || code === 'EPIPE') return own('the connection was closed by the other side');
   if (/^READONLY/.test(message)) return own('the server is a read-only replica (READONLY)', firstSentence(message));
+  const pass = SENTINEL_PASS.exec(message);
+  if (pass) {
+    const last = pass[3] ? `; the last error: ${pass[3]}` : '';
+    return pass[1] === undefined
+      ? `no sentinel gave the master's address${last}`
+      : `no sentinel gave the master's address in ioredis' last pass over them${last}; it asks them again in ${pass[1]} ms`;
+  }
   return message || 'unknown error';
+}
+
+/**
+ * ioredis' error at the end of a pass over the sentinels ("All sentinels are unreachable. Retrying
+ * from scratch after 10ms. Last error: ..."): [1] the delay before the next pass (none: retry
+ * disabled), [3] the last error, when one of them failed. It comes too when a reconnect starts where
+ * the previous lookup left ioredis' list of sentinels, at its end: then no sentinel was asked at all.
+ */
+const SENTINEL_PASS =
+  /^All sentinels are unreachable(?:\. Retrying from scratch after (\d+)ms| and retry is disabled)\.( Last error: (.*))?$/s;
+
+/** One of ioredis' 'sentinelError' messages, in words: which sentinel, and what it did. */
+export function describeSentinelError(message: string, master: string): string {
+  const failed = /^failed to connect to sentinel (\S+) because (.*)$/s.exec(message);
+  if (failed) return `sentinel ${failed[1]}: ${describeCause(new Error(failed[2]))}`;
+  const invalid = /^connected to sentinel (\S+) successfully, but got an invalid reply: (.*)$/s.exec(message);
+  if (invalid) {
+    return invalid[2] === 'null'
+      ? `sentinel ${invalid[1]} knows no master named "${master}"`
+      : `sentinel ${invalid[1]} answered ${invalid[2]}`;
+  }
+  return message;
 }
 
 function firstSentence(message: string): string {
@@ -97,6 +126,8 @@ export class RedisDiagnostics {
   retrying = 'the client keeps retrying';
   /** While the start-up check runs, it reports connection errors itself. */
   private muted = false;
+  /** What each sentinel ioredis asked for the master did wrong, since its pass over them began (its 'sentinelError' events). */
+  private sentinelErrors: string[] = [];
 
   constructor(private readonly client: RedisClient) {
     this.target = describeTarget(client);
@@ -108,6 +139,10 @@ export class RedisDiagnostics {
   attach(): this {
     this.client.on('error', (error: unknown) => this.failed(error));
     this.client.on('ready', () => this.ready());
+    this.client.on('connecting', () => (this.sentinelErrors = []));
+    this.client.on('sentinelError', (error: unknown) =>
+      this.sentinelErrors.push(describeSentinelError(isErrorLike(error) ? error.message : String(error), this.masterName())),
+    );
     return this;
   }
 
@@ -160,12 +195,30 @@ export class RedisDiagnostics {
   }
 
   private failed(error: unknown): void {
+    const pass = isErrorLike(error) ? SENTINEL_PASS.exec(error.message) : null;
+    if (pass) {
+      const asked = this.sentinelErrors;
+      this.sentinelErrors = [];
+      // The pass began at the end of ioredis' list (where the last lookup left it) and asked no sentinel: not a failure.
+      if (asked.length === 0) return;
+      this.last = error;
+      if (this.muted) return;
+      const next = pass[1] === undefined ? 'ioredis does not ask them again' : `ioredis asks them again in ${pass[1]} ms`;
+      return this.warn(
+        `Cannot connect to ${this.target}: no sentinel gave the master's address (${asked.join('; ')}); ` +
+          `decisions follow failureMode until one does and the master answers; ${next}`,
+      );
+    }
     this.last = error;
     if (this.muted) return;
     this.warn(
       `Cannot connect to ${this.target}: ${describeCause(error, this.tls)}; ` +
         `decisions follow failureMode until it answers, and ${this.retrying}`,
     );
+  }
+
+  private masterName(): string {
+    return String((this.client.options as ClientOptions | undefined)?.name ?? '');
   }
 
   /** Connected: the recovery itself is logged by BucketService, with the decisions the outage cost. */

@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { Logger } from '@nestjs/common';
 import { Redis, type RedisOptions } from 'ioredis';
+import { type Address, SentinelLookout } from './sentinel-lookout.js';
 
 /**
  * What a client the module creates for `redis: { sentinels, name }` gets unless the options set it
@@ -34,10 +35,13 @@ export function isSentinel(options: Partial<RedisOptions> | undefined): boolean 
 /** A failover that began this long ago without a switch is over (Sentinel aborted it). */
 const FAILOVER_FORGOTTEN_MS = 60_000;
 
-interface Address {
-  host: string;
-  port: number;
-}
+/** While the client waits out a reconnect back-off, the sentinels and the master they name are looked at this often. */
+export const LOOKOUT_EVERY_MS = 200;
+/** After a wake by a master that answered, the next such wake waits this long at least; doubled per wake without ready. */
+const ANSWER_WAKE_FIRST_MS = 1000;
+const ANSWER_WAKE_MAX_MS = 30_000;
+/** A failover Sentinel could not do is logged once per master within this. */
+const ABORT_LOG_EVERY_MS = 10_000;
 
 const show = (a: Address) => `${a.host}:${a.port}`;
 
@@ -47,12 +51,20 @@ const show = (a: Address) => `${a.host}:${a.port}`;
  * writable after `SENTINEL FAILOVER`, which Sentinel demotes only ~10 s later).
  *
  * One subscriber connection per sentinel listens to `+selected-slave` (a failover of our master has
- * begun: decisions from now on may be made on a master that is being replaced) and `+switch-master`
- * (the new master). On a switch, a client still on the old master is moved: disconnected, or woken
- * from its reconnect back-off, so that it asks the sentinels at once; a connection that reaches the old
- * master afterwards (a lookup that raced the switch) is dropped again. When the client is ready on
- * another master, one line says so, with the decisions the old master answered after the failover
- * began: Sentinel discards them when it demotes it, so their tokens come back (docs/explanation/exactness.md).
+ * begun: decisions from now on may be made on a master that is being replaced), `+switch-master` (the
+ * new master) and `-failover-abort-no-good-slave` (Sentinel cannot fail over: no replica can be
+ * promoted). On a switch, a client still on the old master is moved: disconnected, or woken from its
+ * reconnect back-off, so that it asks the sentinels at once; a connection that reaches the old master
+ * afterwards (a lookup that raced the switch) is dropped again, and a reconnect attempt under way when
+ * the switch came (it may have looked up the old master just before) is followed by the next one at
+ * once, not after ioredis' back-off. When the client is ready on another master, one line says so,
+ * with the decisions the old master answered after the failover began: Sentinel discards them when it
+ * demotes it, so their tokens come back (docs/explanation/exactness.md).
+ *
+ * While the client waits out a back-off, the watch looks every LOOKOUT_EVERY_MS (`SentinelLookout`):
+ * when the sentinels name a master the client was not on, or the master they name answers again (no
+ * replica was promoted and the same master came back), the client reconnects at once. ioredis' back-off
+ * grows to 5 s; without this a master that came back waited for it.
  *
  * When the events cannot be heard (the subscriber connections silently dead, the sentinels' messages
  * lost), a frozen master is still left: `Liveness` drops a connection that owes a reply and reads
@@ -61,15 +73,29 @@ const show = (a: Address) => `${a.host}:${a.port}`;
 export class SentinelWatch {
   private readonly logger = new Logger('RateLimit');
   private readonly subscribers: Redis[] = [];
+  private readonly lookout: SentinelLookout;
   /** The master the client is (or was last) ready on. */
   private current: Address | undefined;
-  /** The last master Sentinel switched away from, and when (performance time, ms). */
+  /** The last master Sentinel switched away from, the one it switched to, and when (performance time, ms). */
   private demoted: Address | undefined;
-  private switchedAt = 0;
+  private promoted: Address | undefined;
+  private switchedAt = -Infinity;
   /** When a failover of our master began (`+selected-slave`), while the client is still on the old master. */
   private failoverBeganAt: number | undefined;
   /** Decisions the old master answered since the failover began. */
   private onOldMaster = 0;
+  /** When the client's latest connection attempt began ('connecting'), and when its back-off ends. */
+  private attemptAt = -Infinity;
+  private backoffUntil = 0;
+  /** The master a lookup named that the client was woken for (once per master). */
+  private wokenFor: Address | undefined;
+  /** A master that answers wakes the client again only from then on (performance time, ms). */
+  private answerWakeAt = 0;
+  private answerWakeMs = ANSWER_WAKE_FIRST_MS;
+  private lookoutTimer: NodeJS.Timeout | undefined;
+  private looking = false;
+  /** The last failover Sentinel could not do, logged: which master, when. */
+  private aborted: { master: string; at: number } | undefined;
   private stopped = false;
 
   constructor(
@@ -79,6 +105,7 @@ export class SentinelWatch {
     const options = client.options;
     this.name = options.name as string;
     this.natMap = options.natMap;
+    this.lookout = new SentinelLookout(options, (address) => this.mapped(address));
     for (const sentinel of options.sentinels ?? []) {
       const subscriber = new Redis({
         host: sentinel.host ?? 'localhost',
@@ -97,6 +124,8 @@ export class SentinelWatch {
       subscriber.on('message', (channel: string, message: string) => this.event(channel, message));
       this.subscribers.push(subscriber);
     }
+    client.on('connecting', () => (this.attemptAt = performance.now()));
+    client.on('reconnecting', (delay: unknown) => this.backingOff(typeof delay === 'number' ? delay : 0));
     client.on('connect', () => this.steer());
     client.on('ready', () => this.ready());
   }
@@ -108,12 +137,14 @@ export class SentinelWatch {
   start(): void {
     for (const subscriber of this.subscribers) {
       subscriber.connect().catch(() => undefined);
-      subscriber.subscribe('+switch-master', '+selected-slave').catch(() => undefined);
+      subscriber.subscribe('+switch-master', '+selected-slave', '-failover-abort-no-good-slave').catch(() => undefined);
     }
   }
 
   stop(): void {
     this.stopped = true;
+    clearTimeout(this.lookoutTimer);
+    this.lookoutTimer = undefined;
     for (const subscriber of this.subscribers) subscriber.disconnect();
   }
 
@@ -137,6 +168,7 @@ export class SentinelWatch {
       const demoted = this.mapped({ host: words[1], port: Number(words[2]) });
       if (this.demoted !== undefined && same(this.demoted, demoted) && performance.now() - this.switchedAt < 1000) return;
       this.demoted = demoted;
+      this.promoted = this.mapped({ host: words[3], port: Number(words[4]) });
       this.switchedAt = performance.now();
       this.failoverBeganAt ??= this.switchedAt;
       this.steer();
@@ -145,31 +177,119 @@ export class SentinelWatch {
       if (words[5] !== this.name) return;
       const master = this.mapped({ host: words[6], port: Number(words[7]) });
       if (this.current === undefined || same(this.current, master)) this.failoverBeganAt ??= performance.now();
+    } else if (channel === '-failover-abort-no-good-slave') {
+      // master <name> <ip> <port>
+      if (words[1] !== this.name || words.length < 4) return;
+      this.cannotFailOver(show(this.mapped({ host: words[2], port: Number(words[3]) })));
     }
+  }
+
+  /** Sentinel gave up a failover: no replica it could promote. Once per master and ABORT_LOG_EVERY_MS (the sentinels retry). */
+  private cannotFailOver(master: string): void {
+    const now = performance.now();
+    if (this.aborted !== undefined && this.aborted.master === master && now - this.aborted.at < ABORT_LOG_EVERY_MS) return;
+    this.aborted = { master, at: now };
+    this.failoverBeganAt = undefined;
+    this.onOldMaster = 0;
+    this.logger.warn(
+      `${this.target}: Sentinel could not fail over: no replica of ${this.name} can be promoted (-failover-abort-no-good-slave), ` +
+        `so ${master} stays the master; decisions follow failureMode while it does not answer, and the client reconnects ` +
+        'as soon as it answers again',
+    );
   }
 
   /** Moves the client off the demoted master: drops its connection there, or ends its back-off. */
   private steer(): void {
     if (this.stopped || this.demoted === undefined) return;
     const status = this.client.status;
-    if (status === 'reconnecting') {
-      // Waiting out its back-off: ask the sentinels now; the pending retry finds it connecting and does nothing.
-      this.client.connect().catch(() => undefined);
-      return;
-    }
+    if (status === 'reconnecting') return this.wake(this.switchedWords());
+    // 'connecting' (a lookup under way): if this attempt fails, `backingOff` starts the next one at once.
     if (status !== 'connect' && status !== 'ready') return;
     const remote = this.remote();
     if (remote !== undefined && same(remote, this.demoted)) this.client.disconnect(true);
   }
 
+  private switchedWords(): string {
+    return `Sentinel switched ${this.name} from ${show(this.demoted!)} to ${show(this.promoted!)}`;
+  }
+
+  /** The client failed a connection attempt and waits `delay` ms before the next one (ioredis' retryStrategy). */
+  private backingOff(delay: number): void {
+    if (this.stopped) return;
+    this.backoffUntil = performance.now() + delay;
+    // The attempt that just failed began before Sentinel's switch: it may have looked up the old master.
+    if (this.demoted !== undefined && this.switchedAt > this.attemptAt)
+      return this.wake(`${this.switchedWords()} during a reconnect attempt`);
+    this.scheduleLook();
+  }
+
+  /**
+   * Ends the client's back-off: connects now. ioredis keeps the timer of its next attempt in
+   * `reconnectTimeout` (not public); it is cleared here so that it does not start one more attempt
+   * later. Were it not there (another ioredis version), that attempt would find the client connecting
+   * or connected and do nothing, or retry early: harmless either way.
+   */
+  private wake(why: string): void {
+    if (this.stopped || this.client.status !== 'reconnecting') return;
+    const left = Math.max(0, Math.round(this.backoffUntil - performance.now()));
+    const pending = this.client as unknown as { reconnectTimeout?: NodeJS.Timeout | null };
+    if (pending.reconnectTimeout) {
+      clearTimeout(pending.reconnectTimeout);
+      pending.reconnectTimeout = null;
+    }
+    this.logger.log(`${this.target}: ${why}; reconnecting now rather than in ${left} ms (ioredis' back-off)`);
+    this.client.connect().catch(() => undefined);
+  }
+
+  /** The next look while the client is in its back-off, unless the back-off ends before it. */
+  private scheduleLook(): void {
+    if (this.stopped || this.lookoutTimer !== undefined || this.looking) return;
+    if (this.client.status !== 'reconnecting' || this.backoffUntil - performance.now() <= LOOKOUT_EVERY_MS) return;
+    // Unref'd: a look must not keep a process alive.
+    this.lookoutTimer = setTimeout(() => {
+      this.lookoutTimer = undefined;
+      void this.look();
+    }, LOOKOUT_EVERY_MS).unref();
+  }
+
+  /**
+   * One look: which master the sentinels name, and, when it is the one the client was on (or one it
+   * was already woken for), whether it answers. A master the client was not on wakes it once; one that
+   * answers wakes it, then again only after ANSWER_WAKE_FIRST_MS, doubling until the client is ready
+   * (a master that answers PING but refuses the client would otherwise make it retry five times a second).
+   */
+  private async look(): Promise<void> {
+    if (this.stopped || this.client.status !== 'reconnecting') return;
+    this.looking = true;
+    try {
+      const named = await this.lookout.master();
+      if (named === undefined || this.client.status !== 'reconnecting') return;
+      const before = this.current === undefined ? '' : ` (the client was on ${show(this.current)})`;
+      if ((this.current === undefined || !same(named, this.current)) && (this.wokenFor === undefined || !same(named, this.wokenFor))) {
+        this.wokenFor = named;
+        return this.wake(`the sentinels name ${show(named)} as the master of ${this.name}${before}`);
+      }
+      if (performance.now() < this.answerWakeAt || !(await this.lookout.answers(named))) return;
+      this.answerWakeAt = performance.now() + this.answerWakeMs;
+      this.answerWakeMs = Math.min(2 * this.answerWakeMs, ANSWER_WAKE_MAX_MS);
+      this.wake(`the master ${show(named)} answers again`);
+    } finally {
+      this.looking = false;
+      this.scheduleLook();
+    }
+  }
+
   private ready(): void {
+    this.answerWakeMs = ANSWER_WAKE_FIRST_MS;
+    this.answerWakeAt = 0;
+    this.wokenFor = undefined;
     const remote = this.remote();
     if (remote === undefined) return;
     if (this.demoted !== undefined && same(remote, this.demoted)) return this.steer();
     const previous = this.current;
     this.current = remote;
     if (previous === undefined || same(previous, remote)) return;
-    const since = this.demoted !== undefined ? `, ${Math.round(performance.now() - this.switchedAt)} ms after Sentinel's switch` : '';
+    const since = Number.isFinite(this.switchedAt) ? `, ${Math.round(performance.now() - this.switchedAt)} ms after Sentinel's switch` : '';
     const lost =
       this.onOldMaster > 0
         ? `; ${this.onOldMaster} decision(s) were made on ${show(previous)} after the failover began: it is demoted, ` +
