@@ -82,6 +82,25 @@ export class TwinController {
     return { ok: true };
   }
 
+  /**
+   * The stricter policy by IP (2, phase 1) in shadow, refusing: the policy by user (10, phase 2) is shadow
+   * too. Enforced, a request refused in phase 1 never reaches phase 2, so the shadow policy of phase 2
+   * must not drain either.
+   */
+  @Get('early-shadow-enforced')
+  @RateLimit({ capacity: 2, refillPerSecond: SLOW, name: 'es-e' })
+  @RateLimit({ capacity: 10, refillPerSecond: SLOW, name: 'es-e-user', keyBy: 'user' })
+  earlyShadowEnforced() {
+    return { ok: true };
+  }
+
+  @Get('early-shadow')
+  @RateLimit({ capacity: 2, refillPerSecond: SLOW, name: 'es-s', enforce: false })
+  @RateLimit({ capacity: 10, refillPerSecond: SLOW, name: 'es-s-user', keyBy: 'user', enforce: false })
+  earlyShadow() {
+    return { ok: true };
+  }
+
   /** Refunds: 5 tokens, given back when the handler fails. */
   @Get('refund-enforced')
   @RateLimit({ capacity: 5, refillPerSecond: SLOW, name: 'rf-e', refundOn: 'failure' })

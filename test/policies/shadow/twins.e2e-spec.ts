@@ -81,6 +81,22 @@ describe.each(PLATFORMS)('shadow policies drain what their enforced twin does, o
     expect(shadowDenied('ls-s')).toBe(0);
   });
 
+  it('a shadow IP policy (2) that would refuse before the guards leaves the shadow per-user policy of 10 at 8, as enforced', async () => {
+    expect(await send('early-shadow-enforced', 5)).toEqual([200, 200, 429, 429, 429]);
+    expect(await send('early-shadow', 5)).toEqual([200, 200, 200, 200, 200]);
+    expect(await tokensOf(client, ipKey('es-e'))).toBeCloseTo(0, 2);
+    expect(await tokensOf(client, ipKey('es-s'))).toBeCloseTo(0, 2);
+    // The three requests phase 1 refuses never reach phase 2: only the first two drain the user's bucket.
+    expect(await tokensOf(client, userKey('es-e-user'))).toBeCloseTo(8, 2);
+    expect(await tokensOf(client, userKey('es-s-user'))).toBeCloseTo(8, 2);
+    expect(ownRefusals('es-e')).toBe(3);
+    expect(shadowDenied('es-s')).toBe(3);
+    expect(shadowDenied('es-s-user')).toBe(0);
+    // No event of phase 2 for the refused requests, as enforced: two decisions each.
+    expect(events.filter((e) => e.scope === 'es-e-user')).toHaveLength(2);
+    expect(events.filter((e) => e.scope === 'es-s-user')).toHaveLength(2);
+  });
+
   it("refundOn 'failure': 3 failed and 3 good requests leave 2 of 5 in both buckets; the 6th good one is shadow-denied", async () => {
     // fail, ok, fail, ok, fail, ok: the three failures are given back, the three successes keep theirs.
     const query = (i: number) => (i % 2 === 0 && i < 6 ? '?fail=1' : '');
