@@ -89,7 +89,16 @@ const SENTINEL_PASS =
 /** One of ioredis' 'sentinelError' messages, in words: which sentinel, and what it did. */
 export function describeSentinelError(message: string, master: string): string {
   const failed = /^failed to connect to sentinel (\S+) because (.*)$/s.exec(message);
-  if (failed) return `sentinel ${failed[1]}: ${describeCause(new Error(failed[2]))}`;
+  // ioredis asks for the master's replicas' sentinels after the address; for a name it does not know, that fails so.
+  if (failed && /No such master with that name/i.test(failed[2])) return `sentinel ${failed[1]} knows no master named "${master}"`;
+  // ioredis' connection to the sentinel could not be made (refused, ...) or closed: it keeps no more than that.
+  if (failed && /^Connection is closed/.test(failed[2]))
+    return `sentinel ${failed[1]}: no connection (refused, or closed before it answered)`;
+  if (failed) {
+    // Only the text of the error is left: its code (ECONNREFUSED...) is read back from it.
+    const code = /\b(E[A-Z_]{3,})\b/.exec(failed[2])?.[1];
+    return `sentinel ${failed[1]}: ${describeCause(Object.assign(new Error(failed[2]), { code }))}`;
+  }
   const invalid = /^connected to sentinel (\S+) successfully, but got an invalid reply: (.*)$/s.exec(message);
   if (invalid) {
     return invalid[2] === 'null'
