@@ -75,6 +75,24 @@ describe('MemoryBucketStore bounds', () => {
     for (let i = 0; i < 100; i++) expect(buckets.takeSync([drain(`new${i}`)]).allowed).toBe(false);
   });
 
+  it('sweeps the full buckets rather than the least recently written ones when those are not full', () => {
+    const buckets = store(10);
+    // Written first (the least recently used): 5 buckets that refill in 2,000 s, drained.
+    const slow = (key: string): BucketRequest => ({ key, capacity: 2, refillPerSecond: 0.001, cost: 2 });
+    for (let i = 0; i < 5; i++) expect(buckets.takeSync([slow(`slow${i}`)]).allowed).toBe(true);
+    // Written after them: 5 buckets that are full again 2 s later.
+    for (let i = 0; i < 5; i++) expect(buckets.takeSync([drain(`fast${i}`)]).allowed).toBe(true);
+    now += 2_002;
+    // 5 new buckets in a store of 10: plain LRU would forget the 5 slow ones (drained: they would start full
+    // again), the sweep forgets the 5 full ones, which changes no decision.
+    for (let i = 0; i < 5; i++) buckets.takeSync([drain(`new${i}`)]);
+    expect(evicted).toEqual([]);
+    expect(buckets.size).toBe(10);
+    for (let i = 0; i < 5; i++) expect(buckets.takeSync([slow(`slow${i}`)])).toMatchObject({ allowed: false });
+    // The fast ones were forgotten full: they answer as full buckets would.
+    expect(buckets.takeSync([drain('fast0')])).toMatchObject({ allowed: true, tokens: [0] });
+  });
+
   it('does not count a bucket as full a moment before it is', () => {
     const buckets = store(1);
     buckets.takeSync([drain('a')]);
