@@ -1,6 +1,6 @@
 import { Test } from '@nestjs/testing';
 import { Cluster, Redis } from 'ioredis';
-import { BucketService, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
+import { BucketService, BucketStore, RateLimitModule, type RateLimitModuleOptions, RedisBucketStore } from 'nest-redis-rate-limit';
 import { RedisServer } from '../../support/redis.js';
 import { wordingOf } from '../../support/start-up.js';
 
@@ -165,13 +165,50 @@ describe('the redis option', () => {
       }
     });
 
-    it('takes a Cluster instance as a client, without checking its options', async () => {
-      const cluster = new Cluster([{ host: '127.0.0.1', port: server.port }], { lazyConnect: true, enableOfflineQueue: false });
+    it('takes a Cluster instance as a client as it is: its options unchecked and unchanged, no listener added, left open', async () => {
+      // ClusterOptions that are no RedisOptions: given as the redis option's object they are refused as unknown keys.
+      const clusterOnly = { scaleReads: 'master', clusterRetryStrategy: () => null } as const;
+      expect(await startUp({ host: '127.0.0.1', port: server.port, ...clusterOnly })).toBe(
+        `RateLimitModule: redis.scaleReads is not an ioredis RedisOptions key; redis must be ${ACCEPTED}`,
+      );
+      const warnings: string[] = [];
+      const recording = { ...silent, warn: (message: unknown) => warnings.push(String(message)) };
+      const listened = (client: Cluster) => client.eventNames().map((name) => `${String(name)}:${client.listenerCount(name)}`);
+
+      const cluster = new Cluster([{ host: '127.0.0.1', port: server.port }], {
+        lazyConnect: true,
+        enableOfflineQueue: false,
+        ...clusterOnly,
+      });
+      const listenersBefore = listened(cluster);
       const moduleRef = await Test.createTestingModule({ imports: [RateLimitModule.forRoot({ redis: cluster })] })
-        .setLogger(silent)
+        .setLogger(recording)
         .compile();
-      await moduleRef.close();
+      try {
+        const store = moduleRef.get(BucketStore);
+        expect(store).toBeInstanceOf(RedisBucketStore);
+        // This very client, routed by slot (a Cluster), with no option changed and no listener of the module.
+        expect((store as RedisBucketStore).client).toBe(cluster);
+        expect((store as RedisBucketStore).nodeOf).toBeInstanceOf(Function);
+        expect(cluster.options).toMatchObject({ lazyConnect: true, enableOfflineQueue: false, scaleReads: 'master' });
+        expect(cluster.options.clusterRetryStrategy).toBe(clusterOnly.clusterRetryStrategy);
+        expect(listened(cluster)).toEqual(listenersBefore);
+        expect(warnings).toEqual([]);
+      } finally {
+        await moduleRef.close();
+      }
+      // The application's client: neither connected by the module's build nor closed by its shutdown.
+      expect(cluster.status).toBe('wait');
       cluster.disconnect();
+
+      // A Cluster that queues commands while disconnected is taken too, with the warning a Redis client gets.
+      const queueing = new Cluster([{ host: '127.0.0.1', port: server.port }], { lazyConnect: true });
+      const queued = await Test.createTestingModule({ imports: [RateLimitModule.forRoot({ redis: queueing })] })
+        .setLogger(recording)
+        .compile();
+      await queued.close();
+      queueing.disconnect();
+      expect(warnings).toEqual([expect.stringContaining('create it with { enableOfflineQueue: false }')]);
     });
   });
 });
