@@ -1,15 +1,13 @@
 import type { ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { randomUUID } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
-import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import { BucketService, Paced, RateLimitModule, RateLimitUnavailableError } from 'nest-redis-rate-limit';
 import { killChild, spawnChild } from '../../support/children.js';
+import { buildChild, worstExcess } from '../../support/transpiled-child.js';
 import { RedisServer, redisUrl } from '../../support/redis.js';
 import { redisScenario } from '../../support/scenario.js';
 import { watchLoopDelay } from '../../support/loop-delay.js';
@@ -28,7 +26,6 @@ import { type Span, judgeWaits, untilConclusive } from '../../redis/failure-mode
  * of its calls on time as a quiet machine would judge them to conclude; otherwise it is run again, up
  * to ATTEMPTS runs in all (see `judge`). A lateness over the limit that the load does not explain never passes.
  */
-const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const CHILD = fileURLToPath(new URL('./acquire-child.ts', import.meta.url));
 /** Runs in all before a test whose every run was inconclusive fails (each takes a few seconds). */
 const ATTEMPTS = 6;
@@ -91,35 +88,6 @@ function watchRunQueue(pid: number | undefined): { stop: () => void; over: (from
       return waited;
     },
   };
-}
-
-/**
- * The child and the library sources it imports, transpiled once into dist/test-acquire/<random>/ (inside
- * the repository, so that bare imports resolve from its node_modules): four processes that each load
- * TypeScript to transpile them took 10 s on two cores; this takes about one. The child builds its
- * BucketService by hand, so no decorator metadata is needed.
- */
-async function buildChild(): Promise<{ entry: string; remove: () => Promise<void> }> {
-  const ts = (await import('typescript')).default;
-  const out = join(ROOT, 'dist', 'test-acquire', randomUUID().slice(0, 8));
-  const pending = [CHILD];
-  const seen = new Set<string>();
-  while (pending.length > 0) {
-    const file = pending.pop()!;
-    if (seen.has(file)) continue;
-    seen.add(file);
-    const source = readFileSync(file, 'utf8');
-    for (const [, spec] of source.matchAll(/(?:from|import) '(\.{1,2}\/[^']+)\.js'/g)) pending.push(resolve(dirname(file), `${spec}.ts`));
-    const { outputText } = ts.transpileModule(source, {
-      fileName: file,
-      compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022, experimentalDecorators: true },
-    });
-    const target = join(out, relative(ROOT, file)).replace(/\.ts$/, '.js');
-    mkdirSync(dirname(target), { recursive: true });
-    writeFileSync(target, outputText);
-  }
-  writeFileSync(join(out, 'package.json'), '{ "type": "module" }');
-  return { entry: join(out, relative(ROOT, CHILD)).replace(/\.ts$/, '.js'), remove: () => rm(out, { recursive: true, force: true }) };
 }
 
 let childEntry = '';
@@ -192,22 +160,12 @@ function judge({ results, redisWaited }: Awaited<ReturnType<typeof fairnessRun>>
   return { late, early, over, summary, inconclusive: plain < needed };
 }
 
-/** The most grants in any window of `times` (sorted, ms) beyond `capacity + refill·t`, t the window's length. */
-function worstExcess(times: number[], capacity: number, refillPerSecond: number): number {
-  let worst = -Infinity;
-  for (let i = 0; i < times.length; i++) {
-    for (let j = i; j < times.length; j++)
-      worst = Math.max(worst, j - i + 1 - (capacity + (refillPerSecond * (times[j] - times[i])) / 1000));
-  }
-  return worst;
-}
-
 describe('acquire() across four processes', () => {
   let build: { entry: string; remove: () => Promise<void> } | undefined;
   let redis: RedisServer | undefined;
 
   beforeAll(async () => {
-    [build, redis] = await Promise.all([buildChild(), RedisServer.start()]);
+    [build, redis] = await Promise.all([buildChild(CHILD), RedisServer.start()]);
     childEntry = build.entry;
   });
 

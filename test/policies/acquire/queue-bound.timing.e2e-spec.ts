@@ -1,0 +1,181 @@
+import type { ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { Test, type TestingModule } from '@nestjs/testing';
+import { Redis } from 'ioredis';
+import { BucketService, RateLimitModule } from 'nest-redis-rate-limit';
+import { killChild, spawnChild } from '../../support/children.js';
+import { LogRecorder } from '../../support/log-recorder.js';
+import { RedisServer } from '../../support/redis.js';
+import { buildChild, worstExcess } from '../../support/transpiled-child.js';
+
+/**
+ * Issue 32, items 1, 2 and 4: B + R·t holds for acquire() in every window (by Redis' clock: each grant's
+ * turn) when waits are aborted, when an instance closes or dies with reservations waiting, when callers of
+ * one bucket have other refills (a rolling deploy), and when one process starts thousands of calls at once
+ * on the default options. Each scenario is the failing case the issue measured, scaled to seconds.
+ */
+const CHILD = fileURLToPath(new URL('./queue-child.ts', import.meta.url));
+
+interface Plan {
+  capacity: number;
+  refillPerSecond: number;
+  maxWaitMs: number;
+  count: number;
+  abortEvery?: number;
+  abortWithinMs?: number;
+  later?: number;
+  laterAfterMs?: number;
+  closeAfterMs?: number;
+}
+
+interface ChildResult {
+  granted: number[];
+  aborted: number;
+  closed: number;
+  tooLong: number;
+  refused: number;
+}
+
+let childEntry = '';
+
+/** Script calls a Redis server has run (INFO commandstats: EVALSHA and EVAL). */
+async function scriptCalls(admin: Redis): Promise<number> {
+  const stats = await admin.info('commandstats');
+  let calls = 0;
+  for (const [, n] of stats.matchAll(/^cmdstat_eval(?:sha)?:calls=(\d+)/gm)) calls += Number(n);
+  return calls;
+}
+
+async function startChild(url: string, name: string, plan: Plan): Promise<{ child: ChildProcess; result: Promise<ChildResult> }> {
+  const child = spawnChild(process.execPath, [childEntry, url, name, JSON.stringify(plan)], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+    env: { ...process.env, NODE_OPTIONS: '' },
+  });
+  const lines = createInterface({ input: child.stdout! });
+  let ready: () => void;
+  const isReady = new Promise<void>((resolve) => (ready = resolve));
+  const result = new Promise<ChildResult>((resolve, reject) => {
+    lines.on('line', (line) => (line === 'ready' ? ready() : resolve(JSON.parse(line) as ChildResult)));
+    child.once('exit', (code, signal) => reject(new Error(`queue child exited with ${code ?? signal}`)));
+  });
+  result.catch(() => undefined);
+  await isReady;
+  return { child, result };
+}
+
+describe('acquire() keeps B + R·t across processes (issue 32)', () => {
+  let build: { entry: string; remove: () => Promise<void> } | undefined;
+  let redis: RedisServer | undefined;
+  const children: ChildProcess[] = [];
+
+  beforeAll(async () => {
+    [build, redis] = await Promise.all([buildChild(CHILD), RedisServer.start()]);
+    childEntry = build.entry;
+  }, 60_000);
+
+  afterEach(async () => {
+    await Promise.all(children.splice(0).map((child) => killChild(child)));
+  });
+
+  afterAll(async () => {
+    await build?.remove();
+    await redis?.stop();
+  });
+
+  it('aborted waits, a closing instance and a killed one never bunch the grants after them: B = 1, R = 40', async () => {
+    const base = { capacity: 1, refillPerSecond: 40, maxWaitMs: 10_000 };
+    // Three processes abort every other wait within 400 ms (the queue's first 1.6 s), then call 16 more
+    // times; a fourth closes its application at 250 ms; a fifth is SIGKILLed at 250 ms with calls waiting.
+    const aborting = { ...base, count: 16, abortEvery: 2, abortWithinMs: 400, later: 16, laterAfterMs: 450 };
+    const started = await Promise.all([
+      startChild(redis!.url, 'aborts', aborting),
+      startChild(redis!.url, 'aborts', aborting),
+      startChild(redis!.url, 'aborts', aborting),
+      startChild(redis!.url, 'aborts', { ...base, count: 16, closeAfterMs: 250 }),
+      startChild(redis!.url, 'aborts', { ...base, count: 16 }),
+    ]);
+    children.push(...started.map(({ child }) => child));
+    for (const { child } of started) child.stdin!.write('go\n');
+    const killed = started[4];
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    await killChild(killed.child);
+    const results = await Promise.all(started.slice(0, 4).map(({ result }) => result));
+    for (const result of results) expect(result.refused).toBe(0);
+    // Each aborting process: 8 of its first 16 aborted (or granted, when the abort came after the turn), 16 later ones granted.
+    for (const result of results.slice(0, 3)) {
+      expect(result.granted.length + result.aborted).toBe(32);
+      expect(result.aborted).toBeGreaterThan(0);
+    }
+    expect(results[3].closed).toBeGreaterThan(0);
+    const turns = results.flatMap((r) => r.granted).sort((a, b) => a - b);
+    // Turns are whole ms of Redis' clock, each at most 1 ms after its tokens existed: 1 + 40·(t + 1 ms).
+    expect(worstExcess(turns, 1, 40)).toBeLessThanOrEqual(40 / 1000 + 1e-9);
+  }, 60_000);
+
+  it('callers with other refills on one bucket keep its queue: B = 5 at 20/s (maxWaitMs 2 s) and at 10/s (maxWaitMs 5 s)', async () => {
+    // A rolling deploy: the new instance refills at 20/s and lets calls wait 2 s, the old one 10/s and 5 s.
+    // The faster queues 40 calls (35 tokens below zero: 1.75 s at 20/s); 100 ms later the slower calls 10 times.
+    const fast = await startChild(redis!.url, 'mixed', { capacity: 5, refillPerSecond: 20, maxWaitMs: 2_000, count: 40 });
+    const slow = await startChild(redis!.url, 'mixed', { capacity: 5, refillPerSecond: 10, maxWaitMs: 5_000, count: 10 });
+    children.push(fast.child, slow.child);
+    fast.child.stdin!.write('go\n');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    slow.child.stdin!.write('go\n');
+    const [a, b] = await Promise.all([fast.result, slow.result]);
+    expect(a.granted).toHaveLength(40);
+    // The slower instance read the queue as reservations (the depth stored in tokens, 41), not as damage
+    // below its own bound (2 s at 10/s: 21 tokens): it queued behind the faster one's last turn, at its own
+    // refill. Repairing the queue to 0 put its turns among the others'.
+    expect(b.granted.length + b.tooLong).toBe(10);
+    expect(b.granted.length).toBeGreaterThanOrEqual(5);
+    expect(Math.min(...b.granted)).toBeGreaterThan(Math.max(...a.granted));
+    const turns = [...a.granted, ...b.granted].sort((x, y) => x - y);
+    expect(worstExcess(turns, 5, 20)).toBeLessThanOrEqual(20 / 1000 + 1e-9);
+  }, 60_000);
+});
+
+describe('a burst of acquire() calls on the default options (issue 32, item 2)', () => {
+  let redis: RedisServer | undefined;
+  let moduleRef: TestingModule | undefined;
+
+  afterAll(async () => {
+    await moduleRef?.close();
+    await redis?.stop();
+  });
+
+  it('reserves 8,000 concurrent calls in Redis: none ahead of its turn, none decided by failureMode, B + R·t kept', async () => {
+    redis = await RedisServer.start();
+    const recorder = new LogRecorder();
+    moduleRef = await Test.createTestingModule({ imports: [RateLimitModule.forRoot({ redis: redis.url })] }).compile();
+    moduleRef.useLogger(recorder);
+    await moduleRef.init();
+    const buckets = moduleRef.get(BucketService);
+    const policy = { capacity: 10, refillPerSecond: 4_000 };
+    await buckets.peek('burst', policy);
+    const admin = new Redis(redis.url);
+    const before = await scriptCalls(admin);
+    const decisions = await Promise.all(
+      Array.from({ length: 8_000 }, async () => {
+        const decision = await buckets.acquire('burst', policy);
+        return { turnAt: decision.turnAt, resolvedAt: Date.now() };
+      }),
+    );
+    // No call timed out or failed: failureMode decided none of them (it logs each outage).
+    expect(recorder.lines.filter((l) => l.level !== 'log')).toEqual([]);
+    // Each was reserved in Redis (a turn by Redis' clock), and went at its turn or later (same machine's clock, ±2 ms).
+    expect(decisions.filter((d) => d.turnAt === undefined)).toEqual([]);
+    expect(decisions.filter((d) => d.resolvedAt < d.turnAt! - 2)).toEqual([]);
+    // In the order of the calls, and never more than 10 + 4,000·(t + 1 ms) in any window.
+    const turns = decisions.map((d) => d.turnAt!);
+    expect(turns).toEqual([...turns].sort((a, b) => a - b));
+    expect(worstExcess(turns, 10, 4_000)).toBeLessThanOrEqual(4_000 / 1000 + 1e-9);
+    // Coalesced like takes: the first call alone, then shared calls of at most 64 decisions (125 for the
+    // other 7,999), each bucket's reservations in one batch. One call per acquire() was 8,000 calls, which
+    // queued behind each other at Redis past timeoutMs.
+    const calls = (await scriptCalls(admin)) - before;
+    await admin.quit();
+    expect(calls).toBeGreaterThanOrEqual(2);
+    expect(calls).toBeLessThanOrEqual(1 + Math.ceil(7_999 / 64));
+  }, 60_000);
+});
