@@ -37,5 +37,5 @@ function writeEntry(entry) {
 }
 
 writeEntry('index');
-// nest-redis-rate-limit/testing: loads fast-check (an optional peer) only when imported.
+// nest-redis-rate-limit/testing: its verifyBucketStore loads fast-check (an optional peer) only when called.
 writeEntry('testing/index');
