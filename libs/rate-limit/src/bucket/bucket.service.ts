@@ -84,8 +84,9 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
     let request: BucketRequest;
     let call;
     try {
+      assertBucketName(name, 'acquire');
       call = acquireCall(name, policy, options, this.options);
-      request = this.request({ name, policy }, options.cost ?? 1);
+      request = this.request({ name, policy }, options.cost ?? 1, 'acquire');
     } catch (error) {
       return Promise.reject(error);
     }
@@ -98,7 +99,7 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
    */
   async consume(name: string, policy: BucketPolicy, cost = 1): Promise<BucketDecision> {
     // consumeAll() of one entry, without its arrays and its extra await: this is the hot path of callers.
-    const verdict = await this.decide([this.request({ name, policy }, cost)]);
+    const verdict = await this.decide([this.request({ name, policy }, cost, 'consume')]);
     if (verdict.source === 'closed') throw new RateLimitUnavailableError('failureMode is closed');
     return verdict.decisions[0];
   }
@@ -110,7 +111,13 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
    * those that had them, so the wait of the whole request is the largest one.
    */
   async consumeAll(entries: readonly BucketEntry[]): Promise<{ allowed: boolean; decisions: BucketDecision[] }> {
-    const requests = entries.map((entry) => this.request(entry, entry.cost ?? 1));
+    if (!Array.isArray(entries)) {
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_INVALID_CONSUME_ALL',
+        `BucketService.consumeAll(): entries must be an array of { name, policy, cost? } (got ${describeValue(entries)})`,
+      );
+    }
+    const requests = entries.map((entry, i) => this.request(entry, entry?.cost ?? 1, 'consumeAll', i));
     assertRepeatsFit(entries, requests);
     const verdict = await this.decide(requests);
     if (verdict.source === 'closed') throw new RateLimitUnavailableError('failureMode is closed');
@@ -119,7 +126,7 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
 
   /** What `consume(name, policy)` would decide now, without taking a token. */
   async peek(name: string, policy: BucketPolicy): Promise<BucketDecision> {
-    const verdict = await this.decide([this.request({ name, policy }, 1)], true);
+    const verdict = await this.decide([this.request({ name, policy }, 1, 'peek')], true);
     if (verdict.source === 'closed') throw new RateLimitUnavailableError('failureMode is closed');
     return verdict.decisions[0];
   }
@@ -131,7 +138,7 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
    * with `'open'` nothing is given back and the bucket is reported as full.
    */
   async refund(name: string, policy: BucketPolicy, cost = 1): Promise<BucketDecision> {
-    const request = this.request({ name, policy }, cost);
+    const request = this.request({ name, policy }, cost, 'refund');
     const tokens = await this.giveBack([request], 'store');
     if (tokens === undefined) {
       if (this.options.failureMode === 'closed') throw new RateLimitUnavailableError('failureMode is closed');
@@ -150,6 +157,7 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
    * does not answer within `timeoutMs`, whatever `failureMode`: the bucket was not reset.
    */
   async reset(name: string): Promise<void> {
+    assertBucketName(name, 'reset');
     await this.engine.deleteBucket(serviceKey(this.options.keyPrefix, name, this.hash));
   }
 
@@ -203,7 +211,15 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
     return this.engine.giveBack(requests, source);
   }
 
-  private request(entry: BucketEntry, cost: number): BucketRequest {
+  /** The request of one bucket, its name and numbers checked; `method` (and `index` in consumeAll()'s entries) name the call in errors. */
+  private request(entry: BucketEntry, cost: number, method: BucketMethod, index?: number): BucketRequest {
+    if (index !== undefined && (typeof entry !== 'object' || entry === null)) {
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_INVALID_CONSUME_ALL',
+        `BucketService.consumeAll(): entries[${index}] must be { name, policy, cost? } (got ${describeValue(entry)})`,
+      );
+    }
+    assertBucketName(entry.name, method, index);
     const where = `BucketService bucket "${entry.name}"`;
     const unknown = unknownKeyOf(entry, ENTRY_KEYS, 'the entry');
     if (unknown !== undefined) throw new RateLimitConfigError('ERR_RATE_LIMIT_UNKNOWN_OPTION', `BucketService ${unknown} on ${where}`);
@@ -215,6 +231,43 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
       refillPerSecond: entry.policy.refillPerSecond,
       cost,
     };
+  }
+}
+
+/** The methods of `BucketService` that take a bucket name. */
+type BucketMethod = 'consume' | 'consumeAll' | 'peek' | 'refund' | 'reset' | 'acquire';
+
+/**
+ * A bucket name is a non-empty string. Anything else used to be taken as it was: `undefined` and `5` became the
+ * buckets `{undefined}` and `{5}` (one bucket shared by every caller that lost its name), `''` the bucket `{}`,
+ * and an object threw a raw TypeError from the key's digest.
+ */
+export function assertBucketName(name: unknown, method: BucketMethod, index?: number): asserts name is string {
+  if (typeof name === 'string' && name !== '') return;
+  const what = index === undefined ? 'the bucket name' : `entries[${index}].name`;
+  throw new RateLimitConfigError(
+    'ERR_RATE_LIMIT_INVALID_POLICY',
+    `BucketService.${method}(): ${what} must be a non-empty string (got ${describeValue(name)})`,
+  );
+}
+
+/** A value in a message, without calling anything of it (an object may have no toString). */
+export function describeValue(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  switch (typeof value) {
+    case 'string':
+      return JSON.stringify(value);
+    case 'object':
+      return 'an object';
+    case 'function':
+      return 'a function';
+    case 'symbol':
+      return 'a symbol';
+    case 'bigint':
+      return `${value}n`;
+    default:
+      return String(value);
   }
 }
 
