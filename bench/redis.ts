@@ -15,7 +15,7 @@ export interface OwnRedis {
   stop(): Promise<void>;
 }
 
-function freePort(): Promise<number> {
+export function freePort(): Promise<number> {
   return new Promise((done, fail) => {
     const server = createServer();
     server.once('error', fail);

@@ -8,6 +8,7 @@ import { renderChart } from './chart.js';
 import { decisionsPlannedSeconds, decisionsStep } from './decisions-step.js';
 import { httpPlannedSeconds, httpStep } from './http-step.js';
 import { instructionsPlannedSeconds, instructionsStep, renderInstructions } from './instructions-step.js';
+import { failureModePlannedSeconds, failureModeStep, renderFailureMode } from './failure-mode-step.js';
 import { elapsed, HERE, liveChildren, planSeconds, progress, startedAt, stopChild } from './processes.js';
 import { promisePlannedSeconds, promiseStep } from './promise-step.js';
 import { deleteKeys, type OwnRedis, startOwnRedis } from './redis.js';
@@ -41,6 +42,9 @@ import { targets } from './targets.js';
  * BENCH_ONLY=acquire: 4 processes waiting for grants from one bucket, ours (BucketService.acquire()) beside
  * rate-limiter-flexible's RateLimiterQueue (see acquire-step.ts); not in the default run. Run alone it writes
  * <date>-acquire.{json,md} (BENCH_OUT=<name>: <name>-acquire.*).
+ * BENCH_ONLY=failure-mode: the default failureMode ('local') beside 'open', with a healthy Redis and with
+ * none listening (see failure-mode-step.ts); not in the default run. Run alone it writes
+ * <date>-failure-mode.{json,md} (BENCH_OUT=<name>: <name>-failure-mode.*).
  * BENCH_PROFILE=<variant> starts that HTTP variant with --cpu-prof (profiles in .bench-tmp/profiles).
  */
 
@@ -50,9 +54,11 @@ const RUN_PREFIX = `rl-bench:${randomUUID().slice(0, 8)}:`;
 const ONLY = new Set((process.env.BENCH_ONLY ?? 'http,decisions,promise').split(',').map((s) => s.trim()));
 /** The steps of the default run; 'instructions' and 'starved' run only when BENCH_ONLY names them, and write files of their own. */
 const MAIN_STEPS = ['http', 'decisions', 'promise'];
-const UNKNOWN_STEP = [...ONLY].find((step) => ![...MAIN_STEPS, 'instructions', 'starved', 'acquire'].includes(step));
+const UNKNOWN_STEP = [...ONLY].find((step) => ![...MAIN_STEPS, 'instructions', 'starved', 'acquire', 'failure-mode'].includes(step));
 if (UNKNOWN_STEP !== undefined)
-  throw new Error(`BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, instructions, starved, acquire)`);
+  throw new Error(
+    `BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, instructions, starved, acquire, failure-mode)`,
+  );
 const EXTERNAL_REDIS = process.env.BENCH_REDIS_URL;
 
 let ownRedis: OwnRedis | undefined;
@@ -88,6 +94,7 @@ function plan(): number {
   if (ONLY.has('instructions')) seconds += instructionsPlannedSeconds();
   if (ONLY.has('starved')) seconds += starvedPlannedSeconds();
   if (ONLY.has('acquire')) seconds += acquirePlannedSeconds();
+  if (ONLY.has('failure-mode')) seconds += failureModePlannedSeconds();
   return seconds;
 }
 
@@ -146,6 +153,7 @@ async function main(): Promise<void> {
   );
   const cpu = cpus();
   let acquire: Awaited<ReturnType<typeof acquireStep>> | undefined;
+  let failureMode: Awaited<ReturnType<typeof failureModeStep>> | undefined;
   const results: BenchResults = {
     schema: 2,
     date: new Date().toISOString().slice(0, 10),
@@ -185,6 +193,7 @@ async function main(): Promise<void> {
     if (ONLY.has('decisions')) results.decisions = await decisionsStep(redis, RUN_PREFIX, ownRedis === undefined);
     if (ONLY.has('promise')) results.promise = await promiseStep(RUN_PREFIX);
     if (ONLY.has('acquire')) acquire = await acquireStep(redis, RUN_PREFIX);
+    if (ONLY.has('failure-mode')) failureMode = await failureModeStep(RUN_PREFIX);
     // After the load steps, which its valgrind processes would disturb.
     if (ONLY.has('instructions')) results.instructions = await instructionsStep(RUN_PREFIX, ROOT);
     // Last: its busy loops must not disturb the other steps.
@@ -199,6 +208,16 @@ async function main(): Promise<void> {
   results.machine.loadAverageAtEnd = loadavg().map((n) => round(n, 2));
   results.durationSeconds = round((Date.now() - startedAt) / 1000, 1);
   mkdirSync(RESULTS_DIR, { recursive: true });
+  if (failureMode) {
+    const failureModeBase = join(RESULTS_DIR, `${process.env.BENCH_OUT ?? results.date}-failure-mode`);
+    writeFileSync(`${failureModeBase}.json`, `${JSON.stringify({ machine: results.machine, ...failureMode }, null, 2)}\n`);
+    const markdown = `${renderFailureMode(failureMode, '#')}\nMachine: ${results.machine.cpu} × ${results.machine.cores}, ${results.machine.os}, Node ${results.machine.node}, Redis ${results.machine.redis} (${results.machine.redisServer}), load average ${results.machine.loadAverageAtStart.join(' ')} at the start. ${results.machine.note}\n`;
+    writeFileSync(`${failureModeBase}.md`, markdown);
+    console.log('');
+    console.log(markdown);
+    console.log(`wrote ${relative(ROOT, failureModeBase)}.{json,md}`);
+    if (!MAIN_STEPS.some((step) => ONLY.has(step)) && !acquire && !results.instructions && !results.starved) return;
+  }
   if (acquire) {
     const acquireBase = join(RESULTS_DIR, `${process.env.BENCH_OUT ?? results.date}-acquire`);
     writeFileSync(`${acquireBase}.json`, `${JSON.stringify({ machine: results.machine, ...acquire }, null, 2)}\n`);

@@ -199,3 +199,17 @@ export const ACQUIRE = {
   capacity: numberFromEnv('BENCH_ACQUIRE_CAPACITY', 10),
   refillPerSecond: numberFromEnv('BENCH_ACQUIRE_REFILL', 200),
 };
+
+/**
+ * The failure-mode step (issue 32, item 6): the default failureMode ('local') beside an explicit
+ * 'open', with a healthy Redis and with none listening. `rounds` interleaved rounds, `seconds` of
+ * load measured per app and phase after `warmupSeconds`; /limited's bucket per API key: `capacity`
+ * tokens, `refillPerSecond`. Not in the default run: BENCH_ONLY=failure-mode.
+ */
+export const FAILURE_MODE = {
+  rounds: numberFromEnv('BENCH_FAILURE_MODE_ROUNDS', 5),
+  seconds: numberFromEnv('BENCH_FAILURE_MODE_SECONDS', 4),
+  warmupSeconds: numberFromEnv('BENCH_FAILURE_MODE_WARMUP_SECONDS', 1),
+  capacity: 10,
+  refillPerSecond: 1,
+};
