@@ -13,6 +13,26 @@ export function describe(value: unknown): string {
   return typeof value === 'string' ? JSON.stringify(value) : String(value);
 }
 
+/** A value in a message, without calling anything of it (an object may have no toString). */
+export function describeValue(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  switch (typeof value) {
+    case 'string':
+      return JSON.stringify(value);
+    case 'object':
+      return 'an object';
+    case 'function':
+      return 'a function';
+    case 'symbol':
+      return 'a symbol';
+    case 'bigint':
+      return `${value}n`;
+    default:
+      return String(value);
+  }
+}
+
 /**
  * Checks the bucket numbers; `where` names the route or call in the error. Bounds: capacity an integer
  * from 1 to `MAX_CAPACITY` (1e12), refill finite and > 0, and the window capacity / refill at most

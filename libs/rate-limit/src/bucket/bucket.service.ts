@@ -1,4 +1,5 @@
 import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit, Optional } from '@nestjs/common';
+import { ModulesContainer } from '@nestjs/core';
 import { DecisionEngine } from '../engine/decision-engine.js';
 import { RateLimitEvents } from '../events/rate-limit-events.js';
 import { assertRouteIdentity, createDigest, type Digest, type RouteIdentity, serviceKey } from '../keys/identity.js';
@@ -9,9 +10,9 @@ import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import { BucketStore } from '../stores/bucket-store.interface.js';
 import { type BucketRequest, toDecision } from '../stores/token-bucket.js';
 import { keysOf, unknownKeyOf } from '../unknown-keys.js';
-import { assertCost, assertServicePolicy } from './bucket-policy.check.js';
+import { assertCost, assertServicePolicy, describeValue } from './bucket-policy.check.js';
 import { type AcquireOptions, acquireCall } from './acquire-options.js';
-import { setActiveBucketService } from './active-bucket-service.js';
+import { bindPacedInstances, instancesOf, type PacedBinding, setRunningBucketService } from './active-bucket-service.js';
 import { type AcquireDecision, WaitingRoom } from './waiting-room.js';
 import { DEFAULT_ACQUIRE_MAX_WAITING } from '../rate-limit.constants.js';
 import { RouteBuckets } from './route-buckets.js';
@@ -46,6 +47,12 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
   @Optional()
   @Inject(RouteBuckets)
   private readonly routes: RouteBuckets | undefined;
+  /** The application's modules, whose instances with `@Paced` methods are bound to this service at init. */
+  @Optional()
+  @Inject(ModulesContainer)
+  private readonly modules: ModulesContainer | undefined;
+  /** What the `@Paced` instances of this application see: this service, while it is open. */
+  private readonly paced: PacedBinding = { service: this, open: false };
 
   constructor(
     @Inject(BucketStore) store: BucketStore,
@@ -57,14 +64,24 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
     this.room = new WaitingRoom(this.engine, options.acquireMaxWaiting ?? DEFAULT_ACQUIRE_MAX_WAITING);
   }
 
-  /** `@Paced` methods find this service from now on (the application's module is initialised). */
+  /**
+   * `@Paced` methods of the instances this application created call this service from now on (every
+   * instance exists once a module initialises); so do those of any other instance while this is the only
+   * application running.
+   */
   onModuleInit(): void {
-    setActiveBucketService(this, true);
+    this.paced.open = true;
+    if (this.modules !== undefined) bindPacedInstances(instancesOf(this.modules.values()), this.paced);
+    setRunningBucketService(this, true);
   }
 
-  /** The application is closing: waiting `acquire()` calls are rejected and their reservations given back. */
+  /**
+   * The application is closing: waiting `acquire()` calls are rejected and their reservations given back,
+   * and the `@Paced` calls of its instances are refused from now on.
+   */
   async onModuleDestroy(): Promise<void> {
-    setActiveBucketService(this, false);
+    this.paced.open = false;
+    setRunningBucketService(this, false);
     await this.room.close();
   }
 
@@ -249,26 +266,6 @@ export function assertBucketName(name: unknown, method: BucketMethod, index?: nu
     'ERR_RATE_LIMIT_INVALID_POLICY',
     `BucketService.${method}(): ${what} must be a non-empty string (got ${describeValue(name)})`,
   );
-}
-
-/** A value in a message, without calling anything of it (an object may have no toString). */
-export function describeValue(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  switch (typeof value) {
-    case 'string':
-      return JSON.stringify(value);
-    case 'object':
-      return 'an object';
-    case 'function':
-      return 'a function';
-    case 'symbol':
-      return 'a symbol';
-    case 'bigint':
-      return `${value}n`;
-    default:
-      return String(value);
-  }
 }
 
 /**

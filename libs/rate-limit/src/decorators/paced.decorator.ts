@@ -1,7 +1,7 @@
-import { activeBucketService } from '../bucket/active-bucket-service.js';
-import { assertBucketPolicy, assertCost, describe } from '../bucket/bucket-policy.check.js';
+import { markPaced, pacedTargetOf } from '../bucket/active-bucket-service.js';
+import { assertBucketPolicy, assertCost, describe, describeValue } from '../bucket/bucket-policy.check.js';
 import type { BucketService } from '../bucket/bucket.service.js';
-import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
+import { RateLimitConfigError, RateLimitError } from '../errors/rate-limit.errors.js';
 import type { FailureMode } from '../rate-limit.options.js';
 import { keysOf, unknownKeyOf } from '../unknown-keys.js';
 
@@ -36,10 +36,13 @@ const PACED_KEYS = keysOf<keyof PacedOptions>({
  * call it at most `capacity` at once and `refillPerSecond` per second after that, first come first served.
  * A call whose wait would exceed `maxWaitMs` rejects without running the method. The method is wrapped
  * where it is declared (schedulers and queue workers that keep a reference taken at start-up call the
- * wrapper), and always returns a Promise. The `BucketService` is found at call time: the one of the
- * application that started last in the process; without `RateLimitModule` a call rejects with
- * `ERR_RATE_LIMIT_MODULE_NOT_IMPORTED`. Metadata of decorators applied before it (listed below it, such
- * as `@Cron`) is carried over to the wrapper.
+ * wrapper), and always returns a Promise. The `BucketService` is found at call time, from the instance:
+ * the one of the application whose module created it (so two applications in one process each pace with
+ * their own prefix and Redis; a call on an instance of a closed application rejects with
+ * `ERR_RATE_LIMIT_SHUTTING_DOWN`). An instance Nest did not create (`new`, request-scoped, a static
+ * method) uses the only application that runs: without one a call rejects with
+ * `ERR_RATE_LIMIT_MODULE_NOT_IMPORTED`, with several with `ERR_RATE_LIMIT_PACED_UNBOUND`. Metadata of
+ * decorators applied before it (listed below it, such as `@Cron`) is carried over to the wrapper.
  */
 export function Paced<Args extends unknown[] = any[]>(options: PacedOptions<Args>): MethodDecorator {
   return (target: object, key: string | symbol, descriptor: PropertyDescriptor) => {
@@ -51,15 +54,16 @@ export function Paced<Args extends unknown[] = any[]>(options: PacedOptions<Args
     }
     const { name, capacity, refillPerSecond, cost, maxWaitMs, failureMode } = options;
     const policy = { capacity, refillPerSecond };
+    markPaced(target);
     const paced = async function (this: unknown, ...args: Args): Promise<unknown> {
-      const service = activeBucketService<BucketService>();
-      if (service === undefined) {
+      const service = serviceFor(this, where);
+      const bucket = typeof name === 'function' ? name(...args) : name;
+      if (typeof bucket !== 'string' || bucket === '') {
         throw new RateLimitConfigError(
-          'ERR_RATE_LIMIT_MODULE_NOT_IMPORTED',
-          `${where}: no application with RateLimitModule is running in this process, so its calls cannot be paced`,
+          'ERR_RATE_LIMIT_INVALID_POLICY',
+          `${where}: name answered ${describeValue(bucket)} for this call, not a bucket name (a non-empty string)`,
         );
       }
-      const bucket = typeof name === 'function' ? name(...args) : name;
       const tokens = typeof cost === 'function' ? cost(...args) : (cost ?? 1);
       await service.acquire(bucket, policy, {
         cost: tokens,
@@ -75,6 +79,30 @@ export function Paced<Args extends unknown[] = any[]>(options: PacedOptions<Args
     descriptor.value = paced;
     return descriptor;
   };
+}
+
+/** The service a call on `instance` uses (see `active-bucket-service.ts`), or the coded error that refuses it. */
+function serviceFor(instance: unknown, where: string): BucketService {
+  const target = pacedTargetOf<BucketService>(instance);
+  if ('service' in target) return target.service;
+  if (target.refused === 'closed') {
+    throw new RateLimitError(
+      'ERR_RATE_LIMIT_SHUTTING_DOWN',
+      `${where}: the application that created this instance is closed, so its calls cannot be paced`,
+    );
+  }
+  if (target.refused === 'ambiguous') {
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_PACED_UNBOUND',
+      `${where}: this instance was not created by an application (made with new, request-scoped, or a static method) ` +
+        `and ${target.applications} applications with RateLimitModule run in this process, so whose limits apply is unknown: ` +
+        'make it a provider of the application whose limits it uses',
+    );
+  }
+  throw new RateLimitConfigError(
+    'ERR_RATE_LIMIT_MODULE_NOT_IMPORTED',
+    `${where}: no application with RateLimitModule is running in this process, so its calls cannot be paced`,
+  );
 }
 
 function checkOptions(options: PacedOptions, where: string): void {

@@ -22,6 +22,8 @@ export const RATE_LIMIT_ERROR_CODES = {
   ERR_RATE_LIMIT_INVALID_SKIP: '@SkipRateLimit() takes no argument, one boolean, or the names of policies that apply where it is.',
   ERR_RATE_LIMIT_MODULE_IMPORTED_TWICE: 'Import RateLimitModule.forRoot() once, in the root module, with isGlobal: true.',
   ERR_RATE_LIMIT_MODULE_NOT_IMPORTED: 'Add RateLimitModule.forRoot({ ... }) or forRootAsync({ ... }) to the imports of the root module.',
+  ERR_RATE_LIMIT_PACED_UNBOUND:
+    'Make the instance a provider of the application whose limits it uses (Nest then binds its @Paced calls to that application).',
   ERR_RATE_LIMIT_MODULE_WITHOUT_OPTIONS: 'Import RateLimitModule.forRoot({ ... }) or forRootAsync({ ... }), not RateLimitModule itself.',
   ERR_RATE_LIMIT_GUARD_NOT_REGISTERED:
     'Register RateLimitGuard (APP_GUARD, app.useGlobalGuards() or @UseGuards()), or remove guard: false.',
