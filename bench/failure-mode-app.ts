@@ -8,7 +8,7 @@ import { FAILURE_MODE, LIMITS } from './settings.js';
 /**
  * The app of the failure-mode step: `node --expose-gc dist/bench/failure-mode-app.js <default|open> <redis URL> <key prefix>`.
  * A Nest 12 Express app of ours with the module's default options (`default`: failureMode left unset,
- * so 'local') or the same with `failureMode: 'open'` (the default before 0.2). Routes:
+ * so 'local') or the same with `failureMode: 'open'` (the previous default). Routes:
  * - GET /allowed: a limit nobody reaches, per client IP (the HTTP step's /allowed);
  * - GET /limited: FAILURE_MODE.capacity tokens per API key (x-api-key), refilled FAILURE_MODE.refillPerSecond per second;
  * - GET /stats: no limit; a full GC, then `process.memoryUsage()`'s heapUsed and rss, and the decisions so far by source

@@ -10,7 +10,7 @@ import { median, round } from './stats.js';
 
 /**
  * The failure-mode step (issue 32, item 6): what the default failureMode ('local') costs beside an
- * explicit 'open' (the default before 0.2). Four app processes (failure-mode-app.ts): default and
+ * explicit 'open' (the previous default). Four app processes (failure-mode-app.ts): default and
  * 'open' on the run's healthy Redis, default and 'open' on a port nobody listens on (an outage from
  * start-up). Three phases, each over FAILURE_MODE.rounds rounds with the two apps interleaved (rotated
  * order), autocannon with SETTINGS.connections connections:

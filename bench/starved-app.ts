@@ -12,7 +12,7 @@ import { benchRedisUrl, STARVED } from './settings.js';
 /**
  * The app of the starved step: `node dist/bench/starved-app.js <key prefix>`, forked with IPC by
  * starved-step.ts. A Nest 12 Express app with the module's default options but failureMode 'open' (the
- * default until 0.2; timeoutMs 100, deny cache and coalescing on; the Redis URL and the run's key prefix set),
+ * previous default; timeoutMs 100, deny cache and coalescing on; the Redis URL and the run's key prefix set),
  * trust proxy on, and one route: GET /limited, a bucket of STARVED.capacity per client IP (the
  * X-Forwarded-For address). Its onDecision listener counts every decision by source and outcome, and
  * the admissions per identity. Over IPC: `reset` starts a phase (counters and the event-loop delay
@@ -129,7 +129,7 @@ async function main(): Promise<void> {
   const prefix = process.argv[2];
   if (!prefix || !process.send) throw new Error('starved-app.js is started by the bench (starved-step.ts)');
   @Module({
-    // failureMode 'open' (the default until 0.2) set explicitly: a decision Redis did not answer in time is then an admission
+    // failureMode 'open' (the previous default) set explicitly: a decision Redis did not answer in time is then an admission
     // without a decision, what this step counts; under the default 'local' the in-process bucket would decide it.
     imports: [RateLimitModule.forRoot({ redis: benchRedisUrl(), keyPrefix: prefix, failureMode: 'open', onDecision: count })],
     controllers: [StarvedController],

@@ -13,7 +13,7 @@ import { quantile, round, spreadOf } from './stats.js';
 
 /**
  * The starved step (issue 20, item 1, last proof): does our app with default options and failureMode
- * 'open' (the default until 0.2; timeoutMs 100) admit requests without a decision when the machine is starved of CPU, and
+ * 'open' (the previous default; timeoutMs 100) admit requests without a decision when the machine is starved of CPU, and
  * when it does, was Redis itself late? Not a test: nothing is asserted, the figures are reported.
  *
  * - one app process of ours (starved-app.ts): GET /limited, 5 tokens per client IP refilled one per
@@ -303,7 +303,7 @@ function summarize(runs: readonly StarvedRun[]): StarvedSummary {
 
 function method(): string {
   return (
-    `One Nest 12 Express app of ours with the module's default options but failureMode 'open' (the default until 0.2; timeoutMs 100, deny cache and coalescing on), ` +
+    `One Nest 12 Express app of ours with the module's default options but failureMode 'open' (the previous default; timeoutMs 100, deny cache and coalescing on), ` +
     `trust proxy on, GET /limited limited to ${STARVED.capacity} tokens per client IP refilled ${STARVED.refillPerSecond} per second ` +
     `(so each client's promise over a phase is ${STARVED.capacity}); its onDecision listener counts every decision by source and the ` +
     `admissions of each identity. autocannon in the bench process: ${STARVED.connections} connections for ${STARVED.seconds} s per phase, ` +
