@@ -5,7 +5,8 @@ import { BucketService, ConnectionRateLimit, RateLimit } from 'nest-redis-rate-l
  * A plain WebSocket endpoint at /ws (the ws adapter, see main.ts): 20 handshakes per address, then one
  * a second; `echo` messages 3 per connection's address, then one a second. Try from the repository:
  *   node -e "const s=new (require('ws'))('ws://127.0.0.1:3000/ws');s.on('open',()=>{for(let i=0;i<5;i++)s.send(JSON.stringify({event:'echo',data:i}))});s.on('message',m=>console.log(String(m)))"
- * The fourth and fifth answer {"event":"exception","data":{"status":"error","code":"RATE_LIMITED",...}}.
+ * Messages 0, 1 and 2 are echoed; 3 and 4 are answered {"event":"exception","data":{"status":"error","code":"RATE_LIMITED",...}}.
+ * Each reply leaves when its own message is done, so the refusals usually arrive before some echoes.
  */
 @WebSocketGateway({ path: '/ws' })
 export class EchoGateway implements OnGatewayInit {

@@ -158,7 +158,7 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     expect((await like()).body.errors[0].extensions).toMatchObject({ code: 'RATE_LIMITED', retryAfter: 2 });
   });
 
-  it('WS /ws echoes 3 messages per address, then answers RATE_LIMITED exceptions', async () => {
+  it('WS /ws echoes the first 3 of 5 messages sent at once (0, 1, 2) and refuses the other 2 with RATE_LIMITED exceptions, in any order', async () => {
     if (!app.getHttpServer().listening) await app.listen(0, '127.0.0.1');
     const url = (await app.getUrl()).replace('http', 'ws') + '/ws';
     const socket = new WebSocket(url);
@@ -173,7 +173,9 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
       );
       for (let i = 0; i < 5; i++) socket.send(JSON.stringify({ event: 'echo', data: i }));
       await all;
-      expect(answers.filter((a) => (a as { event: string }).event === 'echo')).toHaveLength(3);
+      // The replies interleave (each leaves when its message is done): which were echoed is what holds.
+      const echoed = answers.filter((a) => (a as { event: string }).event === 'echo').map((a) => (a as { data: number }).data);
+      expect(echoed.sort((a, b) => a - b)).toEqual([0, 1, 2]);
       const refused = answers.filter((a) => (a as { event: string }).event === 'exception');
       expect(refused).toEqual([
         { event: 'exception', data: { status: 'error', code: 'RATE_LIMITED', message: 'Too Many Requests', retryAfter: 1 } },
