@@ -31,7 +31,11 @@ function oneShot(options: RedisOptions, ms: number): Redis {
  * ioredis does for its own lookups; none keeps anything open between two looks.
  */
 export class SentinelLookout {
-  /** The sentinel that answered last: asked first next time. */
+  /**
+   * The sentinel asked first: the one after the sentinel that answered last. Each look asks another, so
+   * that one that has not heard of a switch yet (Sentinel's other instances learn it up to 2 s after the
+   * leader) does not hide it look after look.
+   */
   private first = 0;
 
   constructor(
@@ -61,7 +65,7 @@ export class SentinelLookout {
         await client.connect();
         const reply = await client.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', this.options.name as string);
         if (Array.isArray(reply) && reply.length >= 2) {
-          this.first = index;
+          this.first = index + 1;
           return this.mapped({ host: String(reply[0]), port: Number(reply[1]) });
         }
       } catch {

@@ -40,6 +40,8 @@ export const LOOKOUT_EVERY_MS = 200;
 /** After a wake by a master that answered, the next such wake waits this long at least; doubled per wake without ready. */
 const ANSWER_WAKE_FIRST_MS = 1000;
 const ANSWER_WAKE_MAX_MS = 30_000;
+/** After a switch, a failed attempt is followed by the next at once for this long (then the lookout's looks). */
+const SWITCH_WAKES_WITHIN_MS = 10_000;
 /** A failover Sentinel could not do is logged once per master within this. */
 const ABORT_LOG_EVERY_MS = 10_000;
 
@@ -86,6 +88,10 @@ export class SentinelWatch {
   private onOldMaster = 0;
   /** When the client's latest connection attempt began ('connecting'), and when its back-off ends. */
   private attemptAt = -Infinity;
+  /** Attempts that failed after the switch and were followed by the next at once (up to one per sentinel). */
+  private switchWakes = 0;
+  /** The watch dropped the client's connection to the demoted master: its back-off is cut without a line. */
+  private dropped = false;
   private backoffUntil = 0;
   /** The master a lookup named that the client was woken for (once per master). */
   private wokenFor: Address | undefined;
@@ -170,6 +176,7 @@ export class SentinelWatch {
       this.demoted = demoted;
       this.promoted = this.mapped({ host: words[3], port: Number(words[4]) });
       this.switchedAt = performance.now();
+      this.switchWakes = 0;
       this.failoverBeganAt ??= this.switchedAt;
       this.steer();
     } else if (channel === '+selected-slave') {
@@ -206,7 +213,15 @@ export class SentinelWatch {
     // 'connecting' (a lookup under way): if this attempt fails, `backingOff` starts the next one at once.
     if (status !== 'connect' && status !== 'ready') return;
     const remote = this.remote();
-    if (remote !== undefined && same(remote, this.demoted)) this.client.disconnect(true);
+    if (remote !== undefined && same(remote, this.demoted)) {
+      this.dropped = true;
+      this.client.disconnect(true);
+    }
+  }
+
+  /** Whether the client was ready on another master than the demoted one since the switch. */
+  private moved(): boolean {
+    return this.current !== undefined && this.demoted !== undefined && !same(this.current, this.demoted);
   }
 
   private switchedWords(): string {
@@ -217,9 +232,22 @@ export class SentinelWatch {
   private backingOff(delay: number): void {
     if (this.stopped) return;
     this.backoffUntil = performance.now() + delay;
-    // The attempt that just failed began before Sentinel's switch: it may have looked up the old master.
-    if (this.demoted !== undefined && this.switchedAt > this.attemptAt)
-      return this.wake(`${this.switchedWords()} during a reconnect attempt`);
+    // The watch dropped the connection to the demoted master: the lookup starts now, and the line that says
+    // where the client decides now (`ready`) is enough.
+    if (this.dropped) {
+      this.dropped = false;
+      return this.wake();
+    }
+    if (this.demoted !== undefined && !this.moved()) {
+      // The attempt that just failed began before Sentinel's switch: it may have looked up the old master.
+      if (this.switchedAt > this.attemptAt) return this.wake(`${this.switchedWords()} during a reconnect attempt`);
+      // It began after the switch and still failed: the sentinel it asked may not know of the switch yet (the
+      // others learn it from the leader's hello messages, up to 2 s later). The next attempt asks the next one.
+      if (this.switchWakes < this.subscribers.length && performance.now() - this.switchedAt < SWITCH_WAKES_WITHIN_MS) {
+        this.switchWakes++;
+        return this.wake(`${this.switchedWords()}, and the last reconnect attempt did not reach ${show(this.promoted!)}`);
+      }
+    }
     this.scheduleLook();
   }
 
@@ -229,7 +257,7 @@ export class SentinelWatch {
    * later. Were it not there (another ioredis version), that attempt would find the client connecting
    * or connected and do nothing, or retry early: harmless either way.
    */
-  private wake(why: string): void {
+  private wake(why?: string): void {
     if (this.stopped || this.client.status !== 'reconnecting') return;
     const left = Math.max(0, Math.round(this.backoffUntil - performance.now()));
     const pending = this.client as unknown as { reconnectTimeout?: NodeJS.Timeout | null };
@@ -237,7 +265,7 @@ export class SentinelWatch {
       clearTimeout(pending.reconnectTimeout);
       pending.reconnectTimeout = null;
     }
-    this.logger.log(`${this.target}: ${why}; reconnecting now rather than in ${left} ms (ioredis' back-off)`);
+    if (why !== undefined) this.logger.log(`${this.target}: ${why}; reconnecting now rather than in ${left} ms (ioredis' back-off)`);
     this.client.connect().catch(() => undefined);
   }
 
