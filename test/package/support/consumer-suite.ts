@@ -253,7 +253,7 @@ export function describeConsumer(fixture: ConsumerFixture): void {
           const page = await readFile(join(ROOT, 'docs/guides/testing.md'), 'utf8');
           const section = /^# Testing your app\n([\s\S]*)$/m.exec(page)?.[1] ?? '';
           const blocks = [...section.matchAll(/^ *```ts\n([\s\S]*?)^ *```$/gm)].map((m) => m[1]!);
-          expect(blocks).toHaveLength(2);
+          expect(blocks).toHaveLength(3);
           const lines = (text: string) =>
             text
               .split('\n')
