@@ -8,9 +8,16 @@ import { LogRecorder } from '../../support/log-recorder.js';
 import { deleteKeys, redisUrl, testPrefix } from '../../support/redis.js';
 
 /**
- * Issue 22, finding 8: with `fieldResolverEnhancers: ['guards']` Nest runs no interceptor on a field
- * resolver, so its policies decided after the app's guards never are. Said at start-up, once per field.
+ * Issue 22, finding 8, and issue 32, item 5: Nest runs on a field resolver only the enhancers of
+ * `fieldResolverEnhancers`. With `['guards']` alone the policies decided after the app's guards (here
+ * a keyBy function's) never were: 20 items resolved where the policy allows 3, with only a warning.
+ * Now such a field resolver stops the start (ERR_RATE_LIMIT_FIELD_RESOLVER_UNENFORCED), as does a
+ * @RateLimit on a field resolver when no enhancer runs there; with 'interceptors' every policy of the
+ * field is enforced, item by item. Policies a field resolver only inherits (its class's) while no
+ * enhancer runs there are named in a warning, and the app starts.
  */
+const SLOW = 0.001;
+
 @ObjectType()
 class Item {
   @Field(() => Int)
@@ -24,34 +31,99 @@ class ItemResolver {
     return Array.from({ length: 20 }, (_, id) => ({ id }));
   }
 
-  /** keyBy 'user': decided after the app's guards, by RateLimitInterceptor. */
-  @ResolveField(() => Int)
-  @RateLimit({ capacity: 3, refillPerSecond: 0.001, keyBy: 'user' })
+  /** keyBy a function: decided after the app's guards, by RateLimitInterceptor. */
+  @ResolveField(() => Int, { nullable: true })
+  @RateLimit({ capacity: 3, refillPerSecond: SLOW, keyBy: () => 'tenant-a' })
   detail(): number {
     return 1;
   }
 }
+
+@ObjectType()
+class Place {
+  @Field(() => Int)
+  id!: number;
+}
+
+@Resolver(() => Place)
+class PlaceResolver {
+  @Query(() => [Place])
+  places(): Place[] {
+    return Array.from({ length: 20 }, (_, id) => ({ id }));
+  }
+
+  /** keyBy 'ip': decided before the app's guards, by RateLimitGuard. */
+  @ResolveField(() => Int, { nullable: true })
+  @RateLimit({ capacity: 3, refillPerSecond: SLOW, keyBy: 'ip' })
+  distance(): number {
+    return 1;
+  }
+}
+
+@ObjectType()
+class Book {
+  @Field(() => Int)
+  id!: number;
+}
+
+/** A class policy, meant for its query; the field resolver only inherits it. */
+@Resolver(() => Book)
+@RateLimit({ capacity: 5, refillPerSecond: SLOW, keyBy: () => 'library' })
+class BookResolver {
+  @Query(() => [Book])
+  books(): Book[] {
+    return Array.from({ length: 2 }, (_, id) => ({ id }));
+  }
+
+  @ResolveField(() => Int, { nullable: true })
+  pages(): number {
+    return 100;
+  }
+}
+
+type Enhancers = ('guards' | 'interceptors' | 'filters')[] | undefined;
 
 describe('a policy on a GraphQL field resolver', () => {
   const prefix = testPrefix('graphql-fields');
   const logs = new LogRecorder();
   let client: Redis;
   const apps: INestApplication[] = [];
+  let runs = 0;
 
-  async function start(fieldResolverEnhancers: ('guards' | 'interceptors' | 'filters')[]): Promise<string[]> {
+  /** Starts an app with `resolvers` (each app its own key prefix): the app, or the start-up error. */
+  async function start(fieldResolverEnhancers: Enhancers, resolvers: Function[]): Promise<{ app?: INestApplication; error?: unknown }> {
     @Module({
       imports: [
-        RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: prefix }),
+        RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: `${prefix}${runs++}:` }),
         GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true, fieldResolverEnhancers }),
       ],
-      providers: [ItemResolver],
+      providers: resolvers as never[],
     })
     class FieldsModule {}
     logs.clear();
-    // Before init (the check runs then), after compile (which installs Nest's own logger).
-    apps.push(await createApp(FieldsModule, 'express', () => Logger.overrideLogger(logs)));
-    return logs.of('RateLimit', 'warn').filter((line) => line.includes('ItemResolver.detail'));
+    try {
+      // Before init (the check runs then), after compile (which installs Nest's own logger).
+      const app = await createApp(FieldsModule, 'express', () => Logger.overrideLogger(logs));
+      apps.push(app);
+      await app.listen(0, '127.0.0.1');
+      return { app };
+    } catch (error) {
+      return { error };
+    }
   }
+
+  /** Posts `query` and answers how many of `list`'s 20 items got their `field` (the others were refused). */
+  async function resolved(app: INestApplication, list: string, field: string): Promise<number> {
+    const response = await fetch(`${await app.getUrl()}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query: `{ ${list} { id ${field} } }` }),
+    });
+    const body = (await response.json()) as { data: Record<string, Record<string, unknown>[]> };
+    return body.data[list].filter((item) => item[field] !== null).length;
+  }
+
+  const fieldWarnings = (route: string) => logs.of('RateLimit', 'warn').filter((line) => line.includes(route));
 
   beforeAll(async () => {
     client = new Redis(await redisUrl());
@@ -64,21 +136,68 @@ describe('a policy on a GraphQL field resolver', () => {
     Logger.overrideLogger(false);
   });
 
-  it("warns once at start-up, naming the field and the fix, when fieldResolverEnhancers has 'guards' without 'interceptors'", async () => {
-    const warned = await start(['guards']);
-    expect(warned).toEqual([
-      '@RateLimit on ItemResolver.detail (a GraphQL field resolver) is not enforced: its policy ItemResolver.detail is decided after ' +
-        "your guards, by RateLimitInterceptor, and GraphQLModule's fieldResolverEnhancers ['guards'] runs no interceptor on field " +
-        "resolvers. Add 'interceptors' to fieldResolverEnhancers",
-    ]);
+  it("stops the start with 'guards' alone when a policy of the field is decided after the guards (it let 20 of 3 through)", async () => {
+    const { app, error } = await start(['guards'], [ItemResolver]);
+    expect(app).toBeUndefined();
+    expect(error).toMatchObject({
+      name: 'RateLimitConfigError',
+      code: 'ERR_RATE_LIMIT_FIELD_RESOLVER_UNENFORCED',
+      reason:
+        '@RateLimit on ItemResolver.detail (a GraphQL field resolver) would be enforced only in part: its policy ItemResolver.detail ' +
+        "is decided after your guards, by RateLimitInterceptor, and GraphQLModule's fieldResolverEnhancers ['guards'] runs no " +
+        "interceptor on field resolvers. Add 'interceptors' to fieldResolverEnhancers, or put @SkipRateLimit() on the field resolver",
+    });
   });
 
-  it("warns when fieldResolverEnhancers is not set (no enhancer runs on a field resolver), and not with 'guards' and 'interceptors'", async () => {
-    const unset = await start(undefined as never);
-    expect(unset).toHaveLength(1);
-    expect(unset[0]).toContain(
-      "fieldResolverEnhancers (not set) runs no guard and no interceptor on field resolvers. Add 'guards' and 'interceptors'",
+  it('stops the start when no enhancer runs on field resolvers and one has a @RateLimit of its own', async () => {
+    const { error } = await start(undefined, [ItemResolver]);
+    expect(error).toMatchObject({
+      code: 'ERR_RATE_LIMIT_FIELD_RESOLVER_UNENFORCED',
+      reason:
+        "@RateLimit on ItemResolver.detail (a GraphQL field resolver) would never be enforced: GraphQLModule's fieldResolverEnhancers " +
+        "(not set) runs no guard and no interceptor on field resolvers. Add 'guards' and 'interceptors' to fieldResolverEnhancers, " +
+        'or remove the @RateLimit',
+    });
+    // Both field resolvers named: the first, and how many more.
+    const both = await start([], [ItemResolver, PlaceResolver]);
+    expect((both.error as { reason: string }).reason).toMatch(
+      /fieldResolverEnhancers \[\] runs no guard .* \(and 1 more field resolver alike\)$/,
     );
-    expect(await start(['guards', 'interceptors'])).toEqual([]);
+  });
+
+  it.each([[['guards', 'interceptors']], [['interceptors']]] as Enhancers[][])(
+    'enforces the keyBy function policy item by item with %j: 3 of 20 items resolved',
+    async (enhancers) => {
+      const { app, error } = await start(enhancers, [ItemResolver]);
+      expect(error).toBeUndefined();
+      expect(await resolved(app!, 'items', 'detail')).toBe(3);
+      expect(await resolved(app!, 'items', 'detail')).toBe(0);
+    },
+  );
+
+  it("starts with 'guards' alone when every policy of the field is decided by the guard, and enforces it: 3 of 20", async () => {
+    const { app, error } = await start(['guards'], [PlaceResolver]);
+    expect(error).toBeUndefined();
+    expect(fieldWarnings('PlaceResolver.distance')).toEqual([]);
+    expect(await resolved(app!, 'places', 'distance')).toBe(3);
+  });
+
+  it('starts when a field resolver only inherits its class policy and no enhancer runs there, and says so once', async () => {
+    const { app, error } = await start(undefined, [BookResolver]);
+    expect(error).toBeUndefined();
+    expect(fieldWarnings('BookResolver.pages')).toEqual([
+      "@RateLimit on BookResolver.pages (a GraphQL field resolver) is not enforced: the policies it takes from its class or the module's " +
+        "defaults apply to queries and mutations, and GraphQLModule's fieldResolverEnhancers (not set) runs no guard and no interceptor " +
+        "on field resolvers. Add 'guards' and 'interceptors' to fieldResolverEnhancers to limit the field too, or put @SkipRateLimit() on it",
+    ]);
+    // The class policy (5 by one key) limits the query, and takes nothing per field: 5 queries resolve
+    // both books' pages, the 6th is refused.
+    for (let i = 0; i < 5; i++) expect(await resolved(app!, 'books', 'pages')).toBe(2);
+    const refused = await fetch(`${await app!.getUrl()}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query: '{ books { id pages } }' }),
+    });
+    expect(await refused.json()).toMatchObject({ data: null, errors: [{ extensions: { code: 'RATE_LIMITED' } }] });
   });
 });

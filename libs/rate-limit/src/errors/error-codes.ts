@@ -27,6 +27,8 @@ export const RATE_LIMIT_ERROR_CODES = {
   ERR_RATE_LIMIT_MODULE_WITHOUT_OPTIONS: 'Import RateLimitModule.forRoot({ ... }) or forRootAsync({ ... }), not RateLimitModule itself.',
   ERR_RATE_LIMIT_GUARD_NOT_REGISTERED:
     'Register RateLimitGuard (APP_GUARD, app.useGlobalGuards() or @UseGuards()), or remove guard: false.',
+  ERR_RATE_LIMIT_FIELD_RESOLVER_UNENFORCED:
+    "Add 'guards' and 'interceptors' to GraphQLModule's fieldResolverEnhancers, or put @SkipRateLimit() on the field resolver.",
   ERR_RATE_LIMIT_INVALID_CONSUME_ALL: 'Give each bucket of a consumeAll() call one policy, and costs that add up to at most its capacity.',
   ERR_RATE_LIMIT_UNKNOWN_SCOPE:
     "Pass a route policy's name (Controller.handler for an unnamed one) to the BucketService of RateLimitModule.",

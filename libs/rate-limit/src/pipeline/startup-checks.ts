@@ -5,7 +5,7 @@ import { handlerKind, PolicyRegistry } from '../policies/policy-registry.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import { BucketStore } from '../stores/bucket-store.interface.js';
-import { fieldResolverWarnings } from './field-resolver-check.js';
+import { checkFieldResolvers } from './field-resolver-check.js';
 import { RouteLimiter } from './route-limiter.js';
 import { isOurs } from './setup-warnings.js';
 import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
@@ -39,7 +39,15 @@ export class StartupChecks implements OnModuleInit, OnApplicationBootstrap {
   async onApplicationBootstrap(): Promise<void> {
     await this.atStart(async () => {
       if (!this.options.guard) this.assertEveryLimitedRouteRuns();
-      for (const warning of fieldResolverWarnings(this.moduleRef, this.registry.routes())) this.limiter.warnings.once(warning, warning);
+      const fields = checkFieldResolvers(this.moduleRef, this.registry.routes());
+      if (fields.refused.length > 0) {
+        const more = fields.refused.length - 1;
+        throw new RateLimitConfigError(
+          'ERR_RATE_LIMIT_FIELD_RESOLVER_UNENFORCED',
+          more === 0 ? fields.refused[0] : `${fields.refused[0]} (and ${more} more field resolver${more === 1 ? '' : 's'} alike)`,
+        );
+      }
+      for (const warning of fields.warnings) this.limiter.warnings.once(warning, warning);
       // Every resolver is built now: one Nest cannot build stops the start, naming its route.
       for (const { plan } of this.registry.routes()) {
         for (const policy of plan?.policies ?? []) {
