@@ -1,7 +1,7 @@
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { deleteKeys, freePort, keysUnder, redisUrl, testPrefix } from '../../support/redis.js';
+import { deleteKeys, freePort, keysUnder, redisUrl, START_TRIES, testPrefix } from '../../support/redis.js';
 import {
   type ConsumerApp,
   type HttpResponse,
@@ -73,11 +73,15 @@ export function describeConsumer(fixture: ConsumerFixture): void {
       await addQuickStart(consumer.dir, fixture.moduleSystem);
       const compiled = await consumer.compile();
       if (compiled.code !== 0) throw new Error(`tsc failed in ${consumer.dir}:\n${compiled.stdout}${compiled.stderr}`);
-      app = await startConsumer(consumer.dir, {
-        PORT: String(await freePort()),
-        REDIS_URL: url,
-        RATE_LIMIT_PREFIX: prefix,
-      });
+      // A port found free can be taken before the app binds it (an outgoing connection's local port comes
+      // from the same range): a start that finds it in use starts again on another, as servers of the tests do.
+      for (let attempt = 1; app === undefined; attempt++) {
+        try {
+          app = await startConsumer(consumer.dir, { PORT: String(await freePort()), REDIS_URL: url, RATE_LIMIT_PREFIX: prefix });
+        } catch (error) {
+          if (attempt >= START_TRIES || !String(error).includes('EADDRINUSE')) throw error;
+        }
+      }
     }, SETUP_TIMEOUT);
 
     afterAll(async () => {
