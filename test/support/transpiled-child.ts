@@ -1,8 +1,11 @@
+import type { ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { dirname, join, relative, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { spawnChild } from './children.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -33,6 +36,27 @@ export async function buildChild(child: string): Promise<{ entry: string; remove
   }
   writeFileSync(join(out, 'package.json'), '{ "type": "module" }');
   return { entry: join(out, relative(ROOT, child)).replace(/\.ts$/, '.js'), remove: () => rm(out, { recursive: true, force: true }) };
+}
+
+/**
+ * Starts a built child (`buildChild`) with `args` and resolves once it printed `ready`; it goes on when it
+ * reads `go` on stdin, and `result` is the one JSON line it prints at the end (rejected if it exits first).
+ */
+export async function startChild<T>(entry: string, args: string[]): Promise<{ child: ChildProcess; result: Promise<T> }> {
+  const child = spawnChild(process.execPath, [entry, ...args], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+    env: { ...process.env, NODE_OPTIONS: '' },
+  });
+  const lines = createInterface({ input: child.stdout! });
+  let ready: () => void;
+  const isReady = new Promise<void>((resolve) => (ready = resolve));
+  const result = new Promise<T>((resolve, reject) => {
+    lines.on('line', (line) => (line === 'ready' ? ready() : resolve(JSON.parse(line) as T)));
+    child.once('exit', (code, signal) => reject(new Error(`child ${entry} exited with ${code ?? signal}`)));
+  });
+  result.catch(() => undefined);
+  await isReady;
+  return { child, result };
 }
 
 /**

@@ -1,13 +1,12 @@
 import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import { BucketService, Paced, RateLimitModule, RateLimitUnavailableError } from 'nest-redis-rate-limit';
-import { killChild, spawnChild } from '../../support/children.js';
-import { buildChild, worstExcess } from '../../support/transpiled-child.js';
+import { killChild } from '../../support/children.js';
+import { buildChild, startChild, worstExcess } from '../../support/transpiled-child.js';
 import { RedisServer, redisUrl } from '../../support/redis.js';
 import { redisScenario } from '../../support/scenario.js';
 import { watchLoopDelay } from '../../support/loop-delay.js';
@@ -92,20 +91,8 @@ function watchRunQueue(pid: number | undefined): { stop: () => void; over: (from
 
 let childEntry = '';
 
-function startChild(url: string, name: string): Promise<{ child: ChildProcess; result: Promise<ChildResult> }> {
-  const child = spawnChild(process.execPath, [childEntry, url, name, '50', '5', '100'], {
-    stdio: ['pipe', 'pipe', 'inherit'],
-    env: { ...process.env, NODE_OPTIONS: '' },
-  });
-  const lines = createInterface({ input: child.stdout! });
-  let ready: () => void;
-  const isReady = new Promise<void>((resolve) => (ready = resolve));
-  const result = new Promise<ChildResult>((resolve, reject) => {
-    lines.on('line', (line) => (line === 'ready' ? ready() : resolve(JSON.parse(line))));
-    child.once('exit', (code) => reject(new Error(`acquire child exited with ${code}`)));
-  });
-  result.catch(() => undefined);
-  return isReady.then(() => ({ child, result }));
+function startAcquireChild(url: string, name: string): Promise<{ child: ChildProcess; result: Promise<ChildResult> }> {
+  return startChild<ChildResult>(childEntry, [url, name, '50', '5', '100']);
 }
 
 /** One run of 4 × 50 acquires on B = 5, R = 100/s on `redis`, and when Redis waited for a CPU meanwhile. */
@@ -113,7 +100,7 @@ async function fairnessRun(
   redis: RedisServer,
   name: string,
 ): Promise<{ results: ChildResult[]; redisWaited: (from: number, to: number) => number }> {
-  const children = await Promise.all([0, 1, 2, 3].map(() => startChild(redis.url, name)));
+  const children = await Promise.all([0, 1, 2, 3].map(() => startAcquireChild(redis.url, name)));
   const runQueue = watchRunQueue(redis.pid);
   try {
     for (const { child } of children) child.stdin!.write('go\n');

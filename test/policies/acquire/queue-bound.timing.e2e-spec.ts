@@ -1,13 +1,13 @@
 import type { ChildProcess } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import { BucketService, RateLimitModule } from 'nest-redis-rate-limit';
-import { killChild, spawnChild } from '../../support/children.js';
+import { killChild } from '../../support/children.js';
 import { LogRecorder } from '../../support/log-recorder.js';
 import { RedisServer } from '../../support/redis.js';
-import { buildChild, worstExcess } from '../../support/transpiled-child.js';
+import { buildChild, startChild, worstExcess } from '../../support/transpiled-child.js';
+import type { Plan, QueueChildResult } from './queue-plan.js';
 
 /**
  * Issue 32, items 1, 2 and 4: B + R·t holds for acquire() in every window (by Redis' clock: each grant's
@@ -16,26 +16,6 @@ import { buildChild, worstExcess } from '../../support/transpiled-child.js';
  * on the default options. Each scenario is the failing case the issue measured, scaled to seconds.
  */
 const CHILD = fileURLToPath(new URL('./queue-child.ts', import.meta.url));
-
-interface Plan {
-  capacity: number;
-  refillPerSecond: number;
-  maxWaitMs: number;
-  count: number;
-  abortEvery?: number;
-  abortWithinMs?: number;
-  later?: number;
-  laterAfterMs?: number;
-  closeAfterMs?: number;
-}
-
-interface ChildResult {
-  granted: number[];
-  aborted: number;
-  closed: number;
-  tooLong: number;
-  refused: number;
-}
 
 let childEntry = '';
 
@@ -47,21 +27,8 @@ async function scriptCalls(admin: Redis): Promise<number> {
   return calls;
 }
 
-async function startChild(url: string, name: string, plan: Plan): Promise<{ child: ChildProcess; result: Promise<ChildResult> }> {
-  const child = spawnChild(process.execPath, [childEntry, url, name, JSON.stringify(plan)], {
-    stdio: ['pipe', 'pipe', 'inherit'],
-    env: { ...process.env, NODE_OPTIONS: '' },
-  });
-  const lines = createInterface({ input: child.stdout! });
-  let ready: () => void;
-  const isReady = new Promise<void>((resolve) => (ready = resolve));
-  const result = new Promise<ChildResult>((resolve, reject) => {
-    lines.on('line', (line) => (line === 'ready' ? ready() : resolve(JSON.parse(line) as ChildResult)));
-    child.once('exit', (code, signal) => reject(new Error(`queue child exited with ${code ?? signal}`)));
-  });
-  result.catch(() => undefined);
-  await isReady;
-  return { child, result };
+function startQueueChild(url: string, name: string, plan: Plan): Promise<{ child: ChildProcess; result: Promise<QueueChildResult> }> {
+  return startChild<QueueChildResult>(childEntry, [url, name, JSON.stringify(plan)]);
 }
 
 describe('acquire() keeps B + R·t across processes (issue 32)', () => {
@@ -89,11 +56,11 @@ describe('acquire() keeps B + R·t across processes (issue 32)', () => {
     // times; a fourth closes its application at 125 ms; a fifth is SIGKILLed at 125 ms with calls waiting.
     const aborting = { ...base, count: 16, abortEvery: 2, abortWithinMs: 200, later: 16, laterAfterMs: 225 };
     const started = await Promise.all([
-      startChild(redis!.url, 'aborts', aborting),
-      startChild(redis!.url, 'aborts', aborting),
-      startChild(redis!.url, 'aborts', aborting),
-      startChild(redis!.url, 'aborts', { ...base, count: 16, closeAfterMs: 125 }),
-      startChild(redis!.url, 'aborts', { ...base, count: 16 }),
+      startQueueChild(redis!.url, 'aborts', aborting),
+      startQueueChild(redis!.url, 'aborts', aborting),
+      startQueueChild(redis!.url, 'aborts', aborting),
+      startQueueChild(redis!.url, 'aborts', { ...base, count: 16, closeAfterMs: 125 }),
+      startQueueChild(redis!.url, 'aborts', { ...base, count: 16 }),
     ]);
     children.push(...started.map(({ child }) => child));
     for (const { child } of started) child.stdin!.write('go\n');
@@ -116,8 +83,8 @@ describe('acquire() keeps B + R·t across processes (issue 32)', () => {
   it('callers with other refills on one bucket keep its queue: B = 5 at 40/s (maxWaitMs 1 s) and at 20/s (maxWaitMs 2.5 s)', async () => {
     // A rolling deploy: the new instance refills at 40/s and lets calls wait 1 s, the old one 20/s and 2.5 s.
     // The faster queues 40 calls (35 tokens below zero: 0.875 s at 40/s); 50 ms later the slower calls 10 times.
-    const fast = await startChild(redis!.url, 'mixed', { capacity: 5, refillPerSecond: 40, maxWaitMs: 1_000, count: 40 });
-    const slow = await startChild(redis!.url, 'mixed', { capacity: 5, refillPerSecond: 20, maxWaitMs: 2_500, count: 10 });
+    const fast = await startQueueChild(redis!.url, 'mixed', { capacity: 5, refillPerSecond: 40, maxWaitMs: 1_000, count: 40 });
+    const slow = await startQueueChild(redis!.url, 'mixed', { capacity: 5, refillPerSecond: 20, maxWaitMs: 2_500, count: 10 });
     children.push(fast.child, slow.child);
     fast.child.stdin!.write('go\n');
     await new Promise((resolve) => setTimeout(resolve, 50));

@@ -16,19 +16,7 @@ import { Redis } from 'ioredis';
 import { BucketService } from '../../../libs/rate-limit/src/bucket/bucket.service.js';
 import { resolveOptions } from '../../../libs/rate-limit/src/rate-limit.options-resolver.js';
 import { RedisBucketStore } from '../../../libs/rate-limit/src/stores/redis/redis-bucket.store.js';
-
-interface Plan {
-  capacity: number;
-  refillPerSecond: number;
-  /** The module's acquire.maxWaitMs (this instance's: instances of a rolling deploy may differ). */
-  maxWaitMs: number;
-  count: number;
-  abortEvery?: number;
-  abortWithinMs?: number;
-  later?: number;
-  laterAfterMs?: number;
-  closeAfterMs?: number;
-}
+import type { Plan, QueueChildResult } from './queue-plan.js';
 
 const [url, name, planText] = process.argv.slice(2);
 const plan = JSON.parse(planText) as Plan;
@@ -46,7 +34,7 @@ process.stdout.write('ready\n');
 for await (const line of lines) if (line === 'go') break;
 
 const granted: number[] = [];
-const outcomes = { aborted: 0, closed: 0, tooLong: 0, refused: 0 };
+const outcomes: Omit<QueueChildResult, 'granted'> = { aborted: 0, closed: 0, tooLong: 0, refused: 0 };
 const call = async (signal?: AbortSignal): Promise<void> => {
   try {
     granted.push((await buckets.acquire(name, policy, { signal })).turnAt!);
