@@ -6,7 +6,7 @@ import { buildChild, startChild, worstExcess } from '../../support/transpiled-ch
 import type { Plan, QueueChildResult } from './queue-plan.js';
 
 /**
- * Issue 32, items 1, 2 and 4: B + R·t holds for acquire() in every window (by Redis' clock: each grant's
+ * Issue 32, items 1 and 4: B + R·t holds for acquire() in every window (by Redis' clock: each grant's
  * turn) when waits are aborted, when an instance closes or dies with reservations waiting, when callers of
  * one bucket have other refills (a rolling deploy). Each scenario is the failing case the issue measured,
  * scaled to seconds. A burst of 8,000 calls in one process is in acquire-burst.e2e-spec.ts.

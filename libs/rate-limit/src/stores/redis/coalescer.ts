@@ -1,7 +1,8 @@
-import type { ReservationMark, ReserveOptions } from '../bucket-store.interface.js';
 import type { BucketRequest } from '../token-bucket.js';
 import { hashTag, keySlot } from './cluster-slots.js';
-import type { ScriptResult } from './token-bucket.codec.js';
+import type { DecisionExtra, ScriptResult } from './token-bucket.codec.js';
+
+export type { DecisionExtra } from './token-bucket.codec.js';
 import type { TokenBucketMode } from './token-bucket.script.js';
 
 /** At most this many decisions share one script call (a script holds Redis while it runs). */
@@ -17,12 +18,6 @@ export interface Queued {
   extra: DecisionExtra | undefined;
   resolve: (result: ScriptResult) => void;
   reject: (error: unknown) => void;
-}
-
-/** What a decision of one bucket may add: it reserves (`acquire()`), or it gives a reservation back. */
-export interface DecisionExtra {
-  reserve?: ReserveOptions;
-  givesBack?: ReservationMark;
 }
 
 /** One decision in a call of its own. */

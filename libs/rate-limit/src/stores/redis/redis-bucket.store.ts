@@ -18,9 +18,8 @@ import {
   GIVE_BACK_HEADER,
   hasPenalty,
   MODE_CODE,
+  groupDecisions,
   reserveHeader,
-  type ReserveMember,
-  type ScriptDecision,
   type ScriptResult as Result,
 } from './token-bucket.codec.js';
 import { TOKEN_BUCKET_COMMAND, TOKEN_BUCKET_LUA, type TokenBucketMode } from './token-bucket.script.js';
@@ -292,33 +291,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     if (this.diagnostics !== undefined && this.client.status !== 'ready') {
       return Promise.reject(this.diagnostics.notConnected());
     }
-    const script: ScriptDecision[] = [];
-    /** Per script decision, the positions in `decisions` of the results it answers, in order. */
-    const owners: number[][] = [];
-    /** Per batch of reservations (bucket and numbers), its position in `script` and its members. */
-    const batches = new Map<string, { at: number; members: ReserveMember[] }>();
-    decisions.forEach(({ requests, mode, extra }, i) => {
-      const reserve = extra?.reserve;
-      if (reserve !== undefined) {
-        const request = requests[0];
-        const id = `${request.capacity}/${request.refillPerSecond}/${reserve.boundMs}/${request.key}`;
-        const batch = batches.get(id);
-        const member = { cost: request.cost, maxWaitMs: reserve.maxWaitMs };
-        if (batch !== undefined) {
-          batch.members.push(member);
-          owners[batch.at].push(i);
-          return;
-        }
-        const members = [member];
-        batches.set(id, { at: script.length, members });
-        script.push({ kind: 'reservations', request, boundMs: reserve.boundMs, members });
-      } else if (extra?.givesBack !== undefined) {
-        script.push({ kind: 'giveBack', request: requests[0], mark: extra.givesBack });
-      } else {
-        script.push({ kind: 'buckets', requests, mode });
-      }
-      owners.push([i]);
-    });
+    const { script, owners } = groupDecisions(decisions);
     const keys: string[] = [];
     const argv: (string | number)[] = [];
     for (const decision of script) appendScriptDecision(keys, argv, decision);

@@ -1,4 +1,4 @@
-import type { ReservationMark, TakeResult } from '../bucket-store.interface.js';
+import type { ReservationMark, ReserveOptions, TakeResult } from '../bucket-store.interface.js';
 import { type BucketRequest, type PenaltyReport, penaltyCostOf } from '../token-bucket.js';
 import type { TokenBucketMode } from './token-bucket.script.js';
 import { RateLimitError } from '../../errors/rate-limit.errors.js';
@@ -149,6 +149,53 @@ export type ScriptDecision =
   | { kind: 'buckets'; requests: readonly BucketRequest[]; mode: TokenBucketMode }
   | { kind: 'reservations'; request: BucketRequest; boundMs: number; members: readonly ReserveMember[] }
   | { kind: 'giveBack'; request: BucketRequest; mark: ReservationMark };
+
+/** What a decision of one bucket may add: it reserves (`acquire()`), or it gives a reservation back. */
+export interface DecisionExtra {
+  reserve?: ReserveOptions;
+  givesBack?: ReservationMark;
+}
+
+/** A decision as the store holds it: its buckets and mode, and what it adds. */
+export interface StoreDecision {
+  requests: readonly BucketRequest[];
+  mode: TokenBucketMode;
+  extra: DecisionExtra | undefined;
+}
+
+/**
+ * The script decisions of a call of `decisions`: the reservations of one bucket with the same numbers are
+ * one batch (read and written once), at the place of the first, in their order; and per script decision,
+ * the positions in `decisions` of the results it answers, in order.
+ */
+export function groupDecisions(decisions: readonly StoreDecision[]): { script: ScriptDecision[]; owners: number[][] } {
+  const script: ScriptDecision[] = [];
+  const owners: number[][] = [];
+  const batches = new Map<string, { at: number; members: ReserveMember[] }>();
+  decisions.forEach(({ requests, mode, extra }, i) => {
+    const reserve = extra?.reserve;
+    if (reserve !== undefined) {
+      const request = requests[0];
+      const id = `${request.capacity}/${request.refillPerSecond}/${reserve.boundMs}/${request.key}`;
+      const batch = batches.get(id);
+      const member = { cost: request.cost, maxWaitMs: reserve.maxWaitMs };
+      if (batch !== undefined) {
+        batch.members.push(member);
+        owners[batch.at].push(i);
+        return;
+      }
+      const members = [member];
+      batches.set(id, { at: script.length, members });
+      script.push({ kind: 'reservations', request, boundMs: reserve.boundMs, members });
+    } else if (extra?.givesBack !== undefined) {
+      script.push({ kind: 'giveBack', request: requests[0], mark: extra.givesBack });
+    } else {
+      script.push({ kind: 'buckets', requests, mode });
+    }
+    owners.push([i]);
+  });
+  return { script, owners };
+}
 
 /** Adds one decision to a call. */
 export function appendScriptDecision(keys: string[], argv: (string | number)[], decision: ScriptDecision): void {
