@@ -87,13 +87,14 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
 
   /**
    * Waits until `cost` tokens of the bucket `name` are the caller's, then resolves with `consume()`'s
-   * decision (allowed) and how long it waited. One store call per acquire: it reserves the tokens now (the
-   * bucket may go below 0 by them) and answers when they exist; the call then waits on a timer. Callers
+   * decision (allowed) and how long it waited. At most one store call per acquire (the calls of one
+   * event-loop turn share one): it reserves the tokens now (the bucket may go below 0 by them) and answers
+   * when they exist; the call then waits on a timer. Callers
    * are served in the order their reservations reach Redis, across every instance, and never more than
    * the policy promises. It rejects, and holds nothing, when:
    * the wait would exceed `maxWaitMs` (`RateLimitWaitTooLongError`, at once, nothing reserved); `signal`
    * aborts before the turn (an `AbortError` whose `cause` is the signal's reason; the reservation is given
-   * back); the store fails under `failureMode: 'closed'` (`RateLimitUnavailableError`); more than
+   * back, its tokens returning only while no caller reserved after it); the store fails under `failureMode: 'closed'` (`RateLimitUnavailableError`); more than
    * `acquire.maxWaiting` calls wait in this process, or the application closes
    * (`RateLimitError` `ERR_RATE_LIMIT_TOO_MANY_WAITING`, `ERR_RATE_LIMIT_SHUTTING_DOWN`).
    */

@@ -73,7 +73,8 @@ export interface AcquireCall {
 
 /**
  * The calls of `BucketService.acquire()` in this process: each reserves its tokens with one store call
- * (`DecisionEngine.reserve`), then waits for its turn on a timer of its own. No polling: the store said
+ * (`DecisionEngine.reserve`; the calls of one event-loop turn share it), then waits for its turn on a
+ * timer of its own. No polling: the store said
  * when the tokens exist, and they are already the caller's. A wait that is aborted, or ended by the
  * application's shutdown, gives its reservation back. At most `maxWaiting` calls (in flight or
  * waiting) at once.
