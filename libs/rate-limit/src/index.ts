@@ -28,6 +28,7 @@ export type { DecisionOutcome, RateLimitDecisionEvent } from './events/rate-limi
 export { RateLimit } from './decorators/rate-limit.decorator.js';
 export { SkipRateLimit } from './decorators/skip-rate-limit.decorator.js';
 export { BucketService, type BucketEntry } from './bucket/bucket.service.js';
+export { RateLimitHealth, type RateLimitStatus } from './bucket/rate-limit-health.js';
 export type { AcquireOptions } from './bucket/acquire-options.js';
 export type { AcquireDecision } from './bucket/waiting-room.js';
 export { Paced, type PacedOptions } from './decorators/paced.decorator.js';
@@ -53,7 +54,13 @@ export {
 } from './errors/rate-limit.errors.js';
 export { RATE_LIMIT_ERROR_CODES, type RateLimitErrorCode } from './errors/error-codes.js';
 export { RateLimitedEventDropped } from './pipeline/refusals.js';
-export { BucketStore, type ReserveOptions, type TakeResult, type TakeOptions } from './stores/bucket-store.interface.js';
+export {
+  BucketStore,
+  type ReservationMark,
+  type ReserveOptions,
+  type TakeResult,
+  type TakeOptions,
+} from './stores/bucket-store.interface.js';
 export type { BucketRequest, PenaltyReport } from './stores/token-bucket.js';
 export { MemoryBucketStore, type MemoryBucketStoreOptions } from './stores/memory/memory-bucket.store.js';
 export { RedisBucketStore } from './stores/redis/redis-bucket.store.js';

@@ -1,6 +1,7 @@
 import { type CanActivate, type DynamicModule, Module } from '@nestjs/common';
 import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { BucketService } from './bucket/bucket.service.js';
+import { RateLimitHealth } from './bucket/rate-limit-health.js';
 import { RateLimitGuard } from './guards/rate-limit.guard.js';
 import { RateLimitHeadersWriter } from './headers/rate-limit-headers.writer.js';
 import { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
@@ -80,6 +81,8 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
     { provide: BucketStore, useFactory: createStore, inject: [RATE_LIMIT_OPTIONS] },
     { provide: RateLimitEvents, useFactory: createEvents, inject: [RATE_LIMIT_OPTIONS] },
     BucketService,
+    // Is the limiter limiting right now: a status, and a health indicator in @nestjs/terminus' shape.
+    RateLimitHealth,
     // Subscribes to RateLimitEvents at bootstrap, only when an OpenTelemetry SDK's MeterProvider is found.
     RateLimitMetrics,
     PolicyRegistry,
@@ -112,7 +115,7 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
       inject: [RATE_LIMIT_OPTIONS, ModuleRef],
     },
   ],
-  exports: [BucketService],
+  exports: [BucketService, RateLimitHealth],
 })
 export class RateLimitModule extends ConfigurableRateLimitModule {
   /** `forRoot()` without options uses every default (Redis at 127.0.0.1:6379). */

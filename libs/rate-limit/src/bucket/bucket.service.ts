@@ -1,6 +1,6 @@
 import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit, Optional } from '@nestjs/common';
 import { ModulesContainer } from '@nestjs/core';
-import { DecisionEngine } from '../engine/decision-engine.js';
+import { DecisionEngine, type EngineHealth } from '../engine/decision-engine.js';
 import { RateLimitEvents } from '../events/rate-limit-events.js';
 import { assertRouteIdentity, createDigest, type Digest, type RouteIdentity, serviceKey } from '../keys/identity.js';
 import { RateLimitUnavailableError } from '../errors/rate-limit.errors.js';
@@ -55,7 +55,7 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
   private readonly paced: PacedBinding = { service: this, open: false };
 
   constructor(
-    @Inject(BucketStore) store: BucketStore,
+    @Inject(BucketStore) private readonly store: BucketStore,
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
     @Optional() events: RateLimitEvents = new RateLimitEvents(),
   ) {
@@ -168,6 +168,11 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
   /** True while the store keeps failing (the breaker is open): one decision at a time probes it, the others follow `failureMode`. */
   get storeFailing(): boolean {
     return this.engine.storeFailing;
+  }
+
+  /** How the store answers lately, and whether it can be asked now (see `RateLimitHealth`). */
+  storeHealth(): EngineHealth & { reachable: boolean } {
+    return { ...this.engine.health(), reachable: this.store.reachable?.() ?? true };
   }
 
   /**

@@ -20,6 +20,8 @@ const SINGLE_NODE: readonly string[] = [''];
 export class Breakers {
   /** The nodes whose last calls failed; empty while the store is healthy. */
   readonly open = new Map<string, Breaker>();
+  /** What the last failure said (for the health status). */
+  lastError: string | undefined;
 
   constructor(
     private readonly store: BucketStore,
@@ -69,8 +71,9 @@ export class Breakers {
       if (breaker === undefined) this.open.set(node, { failures: 1, probing: false });
       else breaker.failures++;
     }
+    this.lastError = error instanceof Error ? error.message : String(error);
     this.logger.warn(
-      `Rate-limit store failed${describeNodes(nodes)}: ${error instanceof Error ? error.message : String(error)}; ` +
+      `Rate-limit store failed${describeNodes(nodes)}: ${this.lastError}; ` +
         `${this.fallback.effect} until it answers again (failureMode '${this.failureMode}')`,
     );
   }

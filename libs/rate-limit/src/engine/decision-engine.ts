@@ -12,6 +12,16 @@ import { Fallback, type Reservation } from './fallback.js';
 import { toVerdict } from './to-verdict.js';
 import { Deadlines, withTimeout } from './with-timeout.js';
 
+/** What `DecisionEngine.health()` answers. */
+export interface EngineHealth {
+  /** The nodes (`host:port`, or 'the store') whose last call failed or timed out: their breakers are open. */
+  failingNodes: string[];
+  /** What the last failure said, while a node fails. */
+  lastError: string | undefined;
+  /** Decisions `failureMode` made in the last minute. */
+  fallbackDecisionsLastMinute: number;
+}
+
 /**
  * Decisions over a store, as resilient as one process can make them: each one within `timeoutMs`
  * (deadlines), a denial the store gave recently repeated without asking it (deny cache), a failing node
@@ -44,6 +54,16 @@ export class DecisionEngine {
   /** True while the store keeps failing (a breaker is open). */
   get storeFailing(): boolean {
     return this.breakers.failing;
+  }
+
+  /** How the store has answered lately: the nodes whose last call failed, what it said, and `failureMode`'s decisions of the last minute. */
+  health(): EngineHealth {
+    const failingNodes = [...this.breakers.open.keys()].map((node) => node || 'the store');
+    return {
+      failingNodes,
+      lastError: failingNodes.length > 0 ? this.breakers.lastError : undefined,
+      fallbackDecisionsLastMinute: this.fallback.lastMinute(),
+    };
   }
 
   /**

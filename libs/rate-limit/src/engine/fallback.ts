@@ -32,6 +32,9 @@ export class Fallback {
   readonly local: MemoryBucketStore;
   /** Decisions `failureMode` made in the current outage, for the recovery log line. */
   private degraded = 0;
+  /** Decisions `failureMode` made per second of the last minute: a ring of 60, each slot stamped with its second. */
+  private readonly perSecond = new Array<number>(60).fill(0);
+  private readonly seconds = new Array<number>(60).fill(-Infinity);
 
   constructor(private readonly options: ResolvedRateLimitOptions) {
     this.local = new MemoryBucketStore(localStoreOptions(options, "failureMode: 'local'"));
@@ -44,7 +47,7 @@ export class Fallback {
 
   /** The verdict `failureMode` gives while the store cannot decide. */
   decide(requests: readonly BucketRequest[], options: TakeOptions | undefined): Verdict {
-    this.degraded++;
+    this.count();
     const source = this.options.failureMode;
     if (source === 'local') return toVerdict(requests, this.local.takeSync(requests, options), 'local');
     const allowed = source === 'open';
@@ -60,7 +63,7 @@ export class Fallback {
    * reserved), `'closed'` refuses, `'local'` reserves in the in-process bucket and waits for its turn there.
    */
   reserve(request: BucketRequest, reserve: ReserveOptions, mode: FailureMode): Reservation {
-    this.degraded++;
+    this.count();
     if (mode === 'local') {
       const { allowed, tokens, waitMs = 0, nowMs } = this.local.takeSync([request], { reserve });
       return {
@@ -80,6 +83,25 @@ export class Fallback {
    * The store answers again: its buckets are the truth again, and the outage's in-process ones would
    * be stale at the next outage. Answers how many decisions `failureMode` made meanwhile.
    */
+  /** Decisions `failureMode` made in the last 60 seconds (whole seconds: up to one more second's worth). */
+  lastMinute(): number {
+    const second = Math.floor(Date.now() / 1000);
+    let decisions = 0;
+    for (let i = 0; i < 60; i++) if (second - this.seconds[i] < 60) decisions += this.perSecond[i];
+    return decisions;
+  }
+
+  private count(): void {
+    this.degraded++;
+    const second = Math.floor(Date.now() / 1000);
+    const slot = second % 60;
+    if (this.seconds[slot] !== second) {
+      this.seconds[slot] = second;
+      this.perSecond[slot] = 0;
+    }
+    this.perSecond[slot]++;
+  }
+
   recovered(): number {
     this.local.clear();
     const degraded = this.degraded;

@@ -111,6 +111,11 @@ export interface BucketStore {
   /** True when decisions may fail or hang (a remote store), so they need a timeout. */
   readonly remote: boolean;
   /**
+   * Whether the store can be asked now (the Redis store: its client is connected and ready), for the
+   * health status. Absent: assumed reachable while its calls succeed.
+   */
+  reachable?(): boolean;
+  /**
    * Drops a connection the store opened itself, at once: the application's start failed on one of the
    * module's checks, and Nest will not call `onModuleDestroy`. A client the application passed in is left alone.
    */

@@ -139,6 +139,11 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     if (!(await settlesWithin(quit, QUIT_WAIT_MS)) || !(await quit)) this.client.disconnect();
   }
 
+  /** Whether the client is connected and ready (a Cluster: its slots known and connected). */
+  reachable(): boolean {
+    return this.client.status === 'ready';
+  }
+
   /** On a Cluster, the master that owns the key's slot (ioredis' slot table, kept current by its refreshes). */
   readonly nodeOf: ((key: string) => string | undefined) | undefined;
 
