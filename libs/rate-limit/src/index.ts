@@ -28,7 +28,7 @@ export type { DecisionOutcome, RateLimitDecisionEvent } from './events/rate-limi
 export { RateLimit } from './decorators/rate-limit.decorator.js';
 export { SkipRateLimit } from './decorators/skip-rate-limit.decorator.js';
 export { BucketService, type BucketEntry } from './bucket/bucket.service.js';
-export { RateLimitHealth, type RateLimitStatus } from './bucket/rate-limit-health.js';
+export { RateLimitHealth, type RateLimitIndicator, type RateLimitStatus } from './bucket/rate-limit-health.js';
 export type { AcquireOptions } from './bucket/acquire-options.js';
 export type { AcquireDecision } from './bucket/waiting-room.js';
 export { Paced, type PacedOptions } from './decorators/paced.decorator.js';

@@ -99,7 +99,10 @@ describe('RateLimitHealth', () => {
     expect(health.status().reason).toBe(
       "the store is not connected; decisions follow failureMode 'closed' (limited requests are refused with 503)",
     );
-    expect(await health.check()).toMatchObject({ rateLimit: { status: 'down', degraded: true, failureMode: 'closed' } });
+    // Rejected as terminus' indicators reject: the result in `causes`.
+    await expect(health.check()).rejects.toMatchObject({
+      causes: { rateLimit: { status: 'down', degraded: true, failureMode: 'closed' } },
+    });
   });
 
   it("says up for the in-process store (store: 'memory')", async () => {

@@ -23,6 +23,9 @@ export interface RateLimitStatus {
   reason?: string;
 }
 
+/** One entry of `RateLimitHealth.check()`'s result: terminus' `{ status, ...details }`. */
+export type RateLimitIndicator = { status: 'up' | 'down'; degraded: boolean } & Omit<RateLimitStatus, 'status'>;
+
 /** What `failureMode` gives while the store cannot decide, in words for the status. */
 const FALLBACK: Record<FailureMode, string> = {
   local: "decisions follow failureMode 'local' (in-process buckets: each instance keeps the limit on its own)",
@@ -69,12 +72,18 @@ export class RateLimitHealth {
    * The status as @nestjs/terminus' `HealthIndicatorResult`: `{ [key]: { status, ...details } }`. The
    * limiter is `'up'` while it limits, on its fallback too (then `degraded: true` and the reason): an
    * instance whose Redis is away still serves, so a readiness probe should not take it out. It is
-   * `'down'` only when it is degraded under `failureMode: 'closed'`, where every limited request is refused.
+   * `'down'` only when it is degraded under `failureMode: 'closed'`, where every limited request is
+   * refused: then it rejects as terminus' indicators do, with an error whose `causes` is that result
+   * (terminus reads `causes`; its own `HealthCheckError` is not needed).
    */
-  check(key = 'rateLimit'): Promise<Record<string, { status: 'up' | 'down' } & Omit<RateLimitStatus, 'status'> & { degraded: boolean }>> {
+  check(key = 'rateLimit'): Promise<Record<string, RateLimitIndicator>> {
     const { status, ...details } = this.status();
     const degraded = status === 'degraded';
     const up = !(degraded && details.failureMode === 'closed');
-    return Promise.resolve({ [key]: { status: up ? 'up' : 'down', degraded, ...details } });
+    const result = { [key]: { status: up ? ('up' as const) : ('down' as const), degraded, ...details } };
+    if (up) return Promise.resolve(result);
+    return Promise.reject(
+      Object.assign(new Error(`rate limiting is down: ${details.reason}`), { causes: result, isHealthCheckError: true }),
+    );
   }
 }
