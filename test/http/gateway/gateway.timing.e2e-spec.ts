@@ -195,6 +195,12 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     }
   });
 
+  it('GET /health/rate-limit says the limiter decides on Redis, and names no address', async () => {
+    const res = await http().get('/health/rate-limit').expect(200);
+    expect(res.headers['x-ratelimit-limit']).toBeUndefined();
+    expect(res.body).toEqual({ status: 'up', store: 'redis', failureMode: 'local', fallbackDecisionsLastMinute: 0 });
+  });
+
   it('GET /metrics serves the decision counter in the Prometheus text format; scrapes are never limited nor counted', async () => {
     /** The `ratelimit_decisions_total` series of a scrape: labels and value. */
     const scrape = async () => {
