@@ -14,7 +14,7 @@ import {
   type ModelMark,
   modelTtlMs,
 } from '../../../libs/rate-limit/src/testing/bucket-model.js';
-import type { DecisionExtra } from '../../../libs/rate-limit/src/stores/redis/coalescer.js';
+import type { DecisionExtra } from '../../../libs/rate-limit/src/stores/redis/token-bucket.codec.js';
 import {
   type Damage,
   KEYS,

@@ -163,7 +163,7 @@ export class DecisionEngine {
           () => undefined,
         );
       }
-      this.failed(error, requests);
+      this.failed(error, requests, failureMode);
       return this.fallback.reserve(request, reserve, failureMode);
     } finally {
       probes?.forEach((probe) => (probe.probing = false));
@@ -209,10 +209,10 @@ export class DecisionEngine {
    * A call that failed: the store failing counts toward its nodes' breakers; a key that holds another
    * type (\`ERR_RATE_LIMIT_UNUSABLE_KEY\`) is that bucket's own problem, logged (throttled) and never counted.
    */
-  private failed(error: unknown, requests: readonly BucketRequest[]): void {
+  private failed(error: unknown, requests: readonly BucketRequest[], failureMode = this.options.failureMode): void {
     if (error instanceof RateLimitError && error.code === 'ERR_RATE_LIMIT_UNUSABLE_KEY') {
       this.keyLogger.warn(
-        `${error.message}: this decision followed failureMode '${this.options.failureMode}'; the others are decided as usual. ` +
+        `${error.message}: this decision followed failureMode '${failureMode}'; the others are decided as usual. ` +
           'Delete the key, or give the module a keyPrefix no other application writes under',
       );
       return;

@@ -17,8 +17,8 @@ export interface RedisTestPrefix {
   /** `test:<name>:<12 random hex digits>:`, for `RateLimitModule.forRoot({ keyPrefix })`: no other run shares it. */
   readonly keyPrefix: string;
   /**
-   * Removes every key whose name starts with `keyPrefix` (SCAN ... MATCH, then UNLINK; never FLUSHDB or
-   * FLUSHALL, so a shared server keeps everything else) and resolves with how many it removed. On a Cluster
+   * Removes every key whose name starts with `keyPrefix` (SCAN ... MATCH, then UNLINK; nothing outside
+   * the prefix is touched, so a shared server keeps everything else) and resolves with how many it removed. On a Cluster
    * client it scans every master. Call it once the app that wrote the keys is closed (`app.close()`); it can
    * be called again.
    */

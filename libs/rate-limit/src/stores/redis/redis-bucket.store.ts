@@ -4,7 +4,7 @@ import { CONNECT_WAIT_MS } from '../../rate-limit.constants.js';
 import type { BucketStore, TakeOptions } from '../bucket-store.interface.js';
 import type { BucketRequest } from '../token-bucket.js';
 import { hashTag, keySlot } from './cluster-slots.js';
-import { Coalescer, type DecisionExtra, type Queued } from './coalescer.js';
+import { Coalescer, type Queued } from './coalescer.js';
 import { ownedConnectionOf, type OwnedConnection } from './owned-connection.js';
 import { diagnosticsOf, type RedisDiagnostics } from './redis-diagnostics.js';
 import type { RedisClient } from './redis-options.validation.js';
@@ -12,6 +12,7 @@ import { checkAtStartup, type StartupCheckSettings } from './redis-startup.check
 import {
   appendScriptDecision,
   callError,
+  type DecisionExtra,
   decodeMany,
   decodeOne,
   decodeReserve,
