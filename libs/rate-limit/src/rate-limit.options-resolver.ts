@@ -19,6 +19,7 @@ import { DEFAULT_MAX_LOCAL_BUCKETS } from './stores/memory/memory-bucket.store.j
 import { checkRedisOption, undefinedRedisOption } from './stores/redis/redis-options.validation.js';
 import { keysOf, unknownKeyOf } from './unknown-keys.js';
 import { RateLimitConfigError } from './errors/rate-limit.errors.js';
+import { resolveOperations } from './operations/operations-options.js';
 
 /** The most in-process buckets one may ask for: a JavaScript Map holds at most 2^24 entries. */
 const MAX_LOCAL_BUCKETS = 2 ** 24;
@@ -54,6 +55,7 @@ const MODULE_KEYS = keysOf<keyof RateLimitModuleOptions>({
   metrics: true,
   startupCheck: true,
   acquire: true,
+  operations: true,
 });
 const KEY_OPTION_KEYS = keysOf<keyof RateLimitKeyOptions>({ apiKeyHeader: true, user: true, apiKey: true, secret: true });
 const ALLOW_LIST_KEYS = keysOf<keyof RateLimitAllowList>({ ips: true, users: true, apiKeys: true });
@@ -226,6 +228,7 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     startupCheck: oneOf('startupCheck', options.startupCheck, STARTUP_CHECKS, 'default'),
     acquireMaxWaitMs,
     acquireMaxWaiting,
+    operations: resolveOperations(options.operations),
   };
 }
 

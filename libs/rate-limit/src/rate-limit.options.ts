@@ -105,6 +105,26 @@ export interface RateLimitModuleOptions {
   startupCheck?: StartupCheck;
   /** `BucketService.acquire()` and `@Paced`: how long a call may wait for its tokens, and how many may wait. */
   acquire?: RateLimitAcquireOptions;
+  /**
+   * The operator's side: analytics of who is limited, limits overridden live, the deny list, read and
+   * changed through `RateLimitInsights` and the dashboard (`RateLimitDashboardModule`). `true`: on with
+   * its defaults. Default: off — it keeps identities (addresses, user ids, API-key digests) in Redis
+   * for `retentionHours`, and each instance makes one call every `syncMs`; both are the app owner's choice.
+   */
+  operations?: boolean | RateLimitOperationsOptions;
+}
+
+/** Options of the operator's side (`operations`). */
+export interface RateLimitOperationsOptions {
+  /**
+   * Count allowed and refused decisions per policy and identity in memory (the top `topK` identities
+   * per policy, totals exact) and write them with the periodic call. Default true.
+   */
+  analytics?: boolean | { topK?: number; retentionHours?: number };
+  /** Period of the one call per instance that writes analytics and reads overrides and blocks, in ms (250 to 10,000). Default 1000. */
+  syncMs?: number;
+  /** What a blocked identity gets: 429 with `Retry-After` until the block ends (default), or 403. */
+  blockedStatus?: 429 | 403;
 }
 
 /** Options of waiting for tokens (`BucketService.acquire()`, `@Paced`). */
@@ -158,6 +178,15 @@ export interface ResolvedRateLimitOptions {
   acquireMaxWaitMs: number;
   /** `acquire.maxWaiting`. */
   acquireMaxWaiting: number;
+  operations: ResolvedOperationsOptions;
+}
+
+/** `operations` after defaults. */
+export interface ResolvedOperationsOptions {
+  enabled: boolean;
+  analytics: { enabled: boolean; topK: number; retentionHours: number };
+  syncMs: number;
+  blockedStatus: 429 | 403;
 }
 
 /** How the metrics find their MeterProvider: not at all, the global one at application bootstrap, or the one given. */

@@ -34,6 +34,10 @@ export const RATE_LIMIT_ERROR_CODES = {
     "Pass a route policy's name (Controller.handler for an unnamed one) to the BucketService of RateLimitModule.",
   ERR_RATE_LIMIT_INVALID_IDENTITY: 'Pass exactly one of { ip }, { user }, { apiKey }, { id }, of a kind the policies of the scope key by.',
   ERR_RATE_LIMIT_ROUTE_NUMBERS_REQUIRED: 'Pass the numbers: peekRoute(scope, who, { capacity, refillPerSecond }).',
+  ERR_RATE_LIMIT_OPERATIONS_OFF: 'Turn the operator side on: RateLimitModule.forRoot({ operations: true }).',
+  ERR_RATE_LIMIT_OPERATIONS_STORE:
+    "Use store: 'redis' (shared by every instance) or 'memory' (one process) with operations: a store of your own cannot hold them.",
+  ERR_RATE_LIMIT_INVALID_OPERATION: 'Correct the field the message names: nothing was changed.',
   // At run time: the message is left as it is, the code is in `code`.
   ERR_RATE_LIMIT_WAIT_TOO_LONG:
     'The tokens would come later than maxWaitMs allows (waitMs says when): nothing was reserved; try later, or allow a longer wait.',

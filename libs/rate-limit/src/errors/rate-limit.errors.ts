@@ -58,6 +58,17 @@ export function reasonOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
+/**
+ * An operator's change or question (`RateLimitInsights`, the dashboard) with invalid input: nothing was
+ * changed. The message names the field and why, and never repeats an API key; a caller answers it with 400.
+ */
+export class RateLimitInputError extends RateLimitError {
+  constructor(message: string) {
+    super('ERR_RATE_LIMIT_INVALID_OPERATION', message);
+  }
+}
+RateLimitInputError.prototype.name = 'RateLimitInputError';
+
 /** A store decision took longer than `timeoutMs`. */
 export class RateLimitTimeoutError extends RateLimitError {
   constructor(timeoutMs: number) {
