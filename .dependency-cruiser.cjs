@@ -4,9 +4,10 @@
  * engine → a store — and each layer imports only the layers below it:
  *
  *   7 top:       the module, its options resolver, index.ts, guards/, interceptors/, filters/, decorators/,
- *                testing/ (the `nest-redis-rate-limit/testing` entry)
+ *                dashboard/, testing/ (the `nest-redis-rate-limit/testing` entry)
  *   6 pipeline/: phases, identity, verdict and events, refunds, refusals, start-up checks, warnings
- *   5 policies/, contexts/, headers/, metrics/: what the pipeline reads, writes and reports
+ *   5 policies/, contexts/, headers/, metrics/, operations/: what the pipeline reads, writes and reports
+ *                (operations/: health, analytics, overrides and blocks in force, the operator's API)
  *   4 bucket/:   BucketService, the public API over the engine
  *   3 engine/:   deadlines, breakers, fallback, deny cache
  *   2 stores/:   the BucketStore contract, the token-bucket arithmetic, memory/ and redis/
@@ -21,9 +22,12 @@ const LAYERS = [
   ['stores', `${SRC}stores/`],
   ['engine', `${SRC}engine/`],
   ['bucket', `${SRC}bucket/`],
-  ['domain', `${SRC}(policies|contexts|headers|metrics)/`],
+  ['domain', `${SRC}(policies|contexts|headers|metrics|operations)/`],
   ['pipeline', `${SRC}pipeline/`],
-  ['top', `${SRC}(guards|interceptors|filters|decorators|testing)/|${SRC}(index|rate-limit\\.module|rate-limit\\.options-resolver)\\.ts$`],
+  [
+    'top',
+    `${SRC}(guards|interceptors|filters|decorators|dashboard|testing)/|${SRC}(index|rate-limit\\.module|rate-limit\\.options-resolver)\\.ts$`,
+  ],
 ];
 
 const LAYERED = LAYERS.map(([, path]) => `(${path})`).join('|');

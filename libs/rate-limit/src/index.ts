@@ -6,6 +6,7 @@ export type {
   RateLimitAcquireOptions,
   RateLimitKeyOptions,
   RateLimitModuleOptions,
+  RateLimitOperationsOptions,
   ResolvedRateLimitOptions,
   StandardHeaders,
 } from './rate-limit.options.js';
@@ -28,7 +29,23 @@ export type { DecisionOutcome, RateLimitDecisionEvent } from './events/rate-limi
 export { RateLimit } from './decorators/rate-limit.decorator.js';
 export { SkipRateLimit } from './decorators/skip-rate-limit.decorator.js';
 export { BucketService, type BucketEntry } from './bucket/bucket.service.js';
-export { RateLimitHealth, type RateLimitIndicator, type RateLimitStatus } from './bucket/rate-limit-health.js';
+export { RateLimitHealth, type RateLimitIndicator, type RateLimitStatus } from './operations/rate-limit-health.js';
+export { RateLimitInsights, type OperatorChange } from './operations/rate-limit-insights.js';
+export type { OperationsStatus } from './operations/live-operations.js';
+export type {
+  AuditAction,
+  AuditEntry,
+  BlockEntry,
+  BlockInput,
+  BlockTarget,
+  IdentityInspection,
+  KeyedIdentity,
+  OverrideEntry,
+  OverrideInput,
+  PolicyView,
+  SeriesPoint,
+  TopIdentity,
+} from './operations/operations.types.js';
 export type { AcquireOptions } from './bucket/acquire-options.js';
 export type { AcquireDecision } from './bucket/waiting-room.js';
 export { Paced, type PacedOptions } from './decorators/paced.decorator.js';
@@ -48,6 +65,7 @@ export {
 export {
   RateLimitConfigError,
   RateLimitError,
+  RateLimitInputError,
   RateLimitTimeoutError,
   RateLimitUnavailableError,
   RateLimitWaitTooLongError,

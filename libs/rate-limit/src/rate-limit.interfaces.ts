@@ -115,7 +115,9 @@ export type VerdictSource =
   /** The store failed; allowed without a decision (`failureMode: 'open'`). */
   | 'open'
   /** The store failed; refused without a decision (`failureMode: 'closed'`). */
-  | 'closed';
+  | 'closed'
+  /** Refused before any bucket: the identity or its address range is on the deny list (`RateLimitInsights.block()`). */
+  | 'blocked';
 
 /** One atomic decision over the buckets of a request. */
 export interface Verdict {

@@ -1,7 +1,9 @@
 import { type CanActivate, type DynamicModule, Module } from '@nestjs/common';
 import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { BucketService } from './bucket/bucket.service.js';
-import { RateLimitHealth } from './bucket/rate-limit-health.js';
+import { RateLimitHealth } from './operations/rate-limit-health.js';
+import { LiveOperations } from './operations/live-operations.js';
+import { RateLimitInsights } from './operations/rate-limit-insights.js';
 import { RateLimitGuard } from './guards/rate-limit.guard.js';
 import { RateLimitHeadersWriter } from './headers/rate-limit-headers.writer.js';
 import { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
@@ -83,6 +85,9 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
     BucketService,
     // Is the limiter limiting right now: a status, and a health indicator in @nestjs/terminus' shape.
     RateLimitHealth,
+    // The operator's side (operations): overrides and blocks in force, the periodic call, the analytics.
+    LiveOperations,
+    RateLimitInsights,
     // Subscribes to RateLimitEvents at bootstrap, only when an OpenTelemetry SDK's MeterProvider is found.
     RateLimitMetrics,
     PolicyRegistry,
@@ -115,7 +120,7 @@ function requireOptions(options: RateLimitModuleOptions | undefined): ResolvedRa
       inject: [RATE_LIMIT_OPTIONS, ModuleRef],
     },
   ],
-  exports: [BucketService, RateLimitHealth],
+  exports: [BucketService, RateLimitHealth, RateLimitInsights],
 })
 export class RateLimitModule extends ConfigurableRateLimitModule {
   /** `forRoot()` without options uses every default (Redis at 127.0.0.1:6379). */

@@ -212,6 +212,11 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
     await this.engine.deleteBucket(this.routeBuckets(who, where).keyOf(scope, who, where));
   }
 
+  /** Forgets the route bucket of a key the caller built (`RateLimitInsights.reset()`): as `resetRoute()` does. */
+  async deleteRouteKey(key: string): Promise<void> {
+    await this.engine.deleteBucket(key);
+  }
+
   /** The route buckets, after checking `who`. */
   private routeBuckets(who: RouteIdentity, where: string): RouteBuckets {
     assertRouteIdentity(who, where);

@@ -41,7 +41,8 @@ export function resolveOperations(value: RateLimitModuleOptions['operations']): 
   }
   const shape = typeof analytics === 'object' ? analytics : {};
   const unknownAnalytics = unknownKeyOf(shape, ANALYTICS_KEYS, 'operations.analytics');
-  if (unknownAnalytics !== undefined) throw new RateLimitConfigError('ERR_RATE_LIMIT_UNKNOWN_OPTION', `RateLimitModule: ${unknownAnalytics}`);
+  if (unknownAnalytics !== undefined)
+    throw new RateLimitConfigError('ERR_RATE_LIMIT_UNKNOWN_OPTION', `RateLimitModule: ${unknownAnalytics}`);
   const blockedStatus = value.blockedStatus ?? 429;
   if (blockedStatus !== 429 && blockedStatus !== 403) {
     throw invalid(`operations.blockedStatus must be 429 or 403 (got ${JSON.stringify(blockedStatus)})`);

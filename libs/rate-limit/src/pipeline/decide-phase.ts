@@ -1,7 +1,11 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { BucketService } from '../bucket/bucket.service.js';
-import { routeKey } from '../keys/identity.js';
+import { ipIdentity, routeKey } from '../keys/identity.js';
+import type { ControlState } from '../operations/control/control-state.js';
+import type { LiveOperations } from '../operations/live-operations.js';
+import type { BlockEntry, OverrideEntry } from '../operations/operations.types.js';
 import type { CompiledPolicy } from '../policies/policy.js';
+import type { Verdict } from '../rate-limit.interfaces.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import type { HookAnswers } from './hook-answers.js';
 import type { Identities } from './identity.js';
@@ -21,6 +25,8 @@ export class PhaseDecider {
     private readonly numbers: PolicyNumbers,
     private readonly buckets: BucketService,
     private readonly verdicts: RequestVerdicts,
+    /** Overrides and blocks in force, and the analytics' counts (`operations`); off: nothing is read. */
+    private readonly live: LiveOperations,
   ) {}
 
   /**
@@ -38,9 +44,17 @@ export class PhaseDecider {
     const { plan, hooks } = state;
     if (policies.length === 0) return NOTHING;
     if (this.options.skipIf !== undefined && (await this.hooks.says(this.options.skipIf, context, 'skipIf (module)'))) return NOTHING;
-    const plain = this.isPlain(policies);
+    // Overrides and blocks in force: one property read while there are none.
+    const control: ControlState | undefined = this.live.control.active ? this.live.control : undefined;
+    const counts = this.live.counts;
+    const plain = control === undefined && this.isPlain(policies);
     const enforced = newDecided();
     let shadow: Decided | undefined;
+    const enforcedIds: string[] | undefined = counts !== undefined ? [] : undefined;
+    let shadowIds: string[] | undefined;
+    const now = control !== undefined ? Date.now() : 0;
+    // A blocked address or range refuses the request whatever its policies key by.
+    let blocked: BlockEntry | undefined = control?.blockOf(ipIdentity(hooks.getIp(request)), now);
     for (let i = 0; i < policies.length; i++) {
       let policy = policies[i];
       if (policy.skipIf !== undefined && (await this.hooks.says(policy.skipIf, context, `skipIf of ${policy.scope}`))) continue;
@@ -51,7 +65,13 @@ export class PhaseDecider {
         const numbers = await this.numbers.numbersOf(context, plan.route, policy, who);
         policy = { ...policy, capacity: numbers.capacity, refillPerSecond: numbers.refillPerSecond, cost: numbers.cost };
       }
+      if (control !== undefined) {
+        blocked ??= control.blockOf(who.id, now);
+        const override = control.overrideOf(policy.scope, who.id, now);
+        if (override !== undefined) policy = overridden(policy, override);
+      }
       const into = policy.enforce ? enforced : (shadow ??= newDecided());
+      if (counts !== undefined) (policy.enforce ? enforcedIds! : (shadowIds ??= [])).push(who.id);
       into.policies.push(policy);
       into.positions.push(plan.order[offset + i]);
       into.requests.push({
@@ -63,14 +83,17 @@ export class PhaseDecider {
         penaltyCost: policy.penaltyCost,
       });
     }
+    if (blocked !== undefined) return this.blocked(enforced, shadow, blocked, enforcedIds, shadowIds, now);
     const hasEnforced = enforced.requests.length > 0;
     if (plain) {
       // Every policy decided as written: keep the route's own list, whose header text is built once.
       enforced.policies = policies as CompiledPolicy[];
       enforced.verdict = await this.buckets.decide(enforced.requests);
+      if (counts !== undefined) record(counts, enforced, enforcedIds!);
       return { enforced, shadow: undefined };
     }
     if (hasEnforced) enforced.verdict = await this.buckets.decide(enforced.requests);
+    if (counts !== undefined && hasEnforced) record(counts, enforced, enforcedIds!);
     // Shadow policies drain what they would once enforced: nothing on a request that the enforced ones,
     // or the shadow ones of the phase before, refuse (enforced, they would not be reached).
     const reached = (!hasEnforced || enforced.verdict.allowed) && state.before?.shadow?.verdict.allowed !== false;
@@ -78,8 +101,45 @@ export class PhaseDecider {
     if (shadow !== undefined) {
       shadow.verdict = await this.buckets.decide(shadow.requests);
       if (!shadow.verdict.allowed) this.verdicts.shadowRefused(plan, shadow);
+      if (counts !== undefined) record(counts, shadow, shadowIds!);
     }
     return { enforced: hasEnforced ? enforced : undefined, shadow };
+  }
+
+  /**
+   * A request whose identity (or address) is blocked: refused before any bucket, every policy of the
+   * phase with it (shadow ones too: a block is the operator's, not a policy's), the wait until the block ends.
+   */
+  private blocked(
+    enforced: Decided,
+    shadow: Decided | undefined,
+    block: BlockEntry,
+    enforcedIds: string[] | undefined,
+    shadowIds: string[] | undefined,
+    now: number,
+  ): PhaseTake {
+    const all = newDecided();
+    for (const part of shadow === undefined ? [enforced] : [enforced, shadow]) {
+      all.policies.push(...part.policies);
+      all.requests.push(...part.requests);
+      all.positions.push(...part.positions);
+    }
+    const wait = Math.max(1, Math.ceil((block.until - now) / 1000));
+    const verdict: Verdict = {
+      allowed: false,
+      source: 'blocked',
+      decisions: all.policies.map((p) => ({
+        allowed: false,
+        limit: p.capacity,
+        remaining: 0,
+        retryAfterSeconds: wait,
+        resetSeconds: wait,
+      })),
+    };
+    all.verdict = verdict;
+    const counts = this.live.counts;
+    if (counts !== undefined) record(counts, all, [...(enforcedIds ?? []), ...(shadowIds ?? [])]);
+    return { enforced: all, shadow: undefined };
   }
 
   /** Whether a phase's policies take the plain path: no skips, no per-request numbers, no shadow, no allow-listed identities. */
@@ -91,5 +151,30 @@ export class PhaseDecider {
       this.plainPolicies.set(policies, plain);
     }
     return plain;
+  }
+}
+
+/** A policy with an override's numbers and mode; a fixed cost larger than the new capacity is capped at it. */
+function overridden(policy: CompiledPolicy, override: OverrideEntry): CompiledPolicy {
+  const capacity = override.capacity ?? policy.capacity;
+  return {
+    ...policy,
+    capacity,
+    refillPerSecond: override.refillPerSecond ?? policy.refillPerSecond,
+    enforce: override.enforce ?? policy.enforce,
+    cost: Math.min(policy.cost, capacity),
+  };
+}
+
+/**
+ * Counts a phase's decisions for the analytics: allowed for every policy of an allowed verdict; refused
+ * for each policy that refused (its wait > 0), or every one when the store could not decide or a block did.
+ */
+function record(counts: { record(scope: string, id: string, allowed: boolean): void }, decided: Decided, ids: readonly string[]): void {
+  const { verdict, policies } = decided;
+  const all = verdict.source === 'blocked' || verdict.source === 'closed';
+  for (let i = 0; i < policies.length; i++) {
+    if (verdict.allowed) counts.record(policies[i].scope, ids[i], true);
+    else if (all || verdict.decisions[i].retryAfterSeconds > 0) counts.record(policies[i].scope, ids[i], false);
   }
 }

@@ -1,4 +1,4 @@
-import { type ExecutionContext, IntrinsicException, ServiceUnavailableException } from '@nestjs/common';
+import { type ExecutionContext, ForbiddenException, IntrinsicException, ServiceUnavailableException } from '@nestjs/common';
 import type { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js';
 import { type RateLimitedPayload, RateLimitedGraphQLError, RateLimitException, withoutStack } from '../rate-limit.exception.js';
 import type { Verdict } from '../rate-limit.interfaces.js';
@@ -17,6 +17,8 @@ export class Refusals {
   constructor(
     private readonly headers: RateLimitHeadersWriter,
     private readonly timeoutMs: number,
+    /** What a blocked identity gets over HTTP (`operations.blockedStatus`). */
+    private readonly blockedStatus: 429 | 403 = 429,
   ) {}
 
   /** The default `throwRateLimitException` hook: the refusal of the call's transport, with the longest wait. */
@@ -33,6 +35,9 @@ export class Refusals {
       throw new ServiceUnavailableException('Rate limiting is unavailable; try again shortly');
     }
     this.headers.write(response, state.policies, verdict);
+    if (verdict.source === 'blocked' && this.blockedStatus === 403 && state.kind === 'http') {
+      throw new ForbiddenException('Blocked by the operator; try again later');
+    }
     return state.hooks.throwRateLimitException(context, verdict);
   }
 

@@ -6,6 +6,7 @@ import { ClientAddresses } from '../contexts/client-address.js';
 import { type LimitedCall, limitedCall } from '../contexts/limited-call.js';
 import { RateLimitEvents } from '../events/rate-limit-events.js';
 import { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js';
+import { LiveOperations } from '../operations/live-operations.js';
 import { PolicyRegistry, type RoutePlan } from '../policies/policy-registry.js';
 import { RATE_LIMIT_GUARD_REPLACED, RATE_LIMIT_VERDICT } from '../rate-limit.constants.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
@@ -67,6 +68,7 @@ export class RouteLimiter {
     moduleRef: ModuleRef,
     /** A test replaced the module's guard (`overrideGuard(RateLimitGuard)`): what it left undecided stays so. */
     @Inject(RATE_LIMIT_GUARD_REPLACED) private readonly guardReplaced: boolean,
+    live: LiveOperations,
   ) {
     // One logger for the app's hooks that fail (skipIf, keys, keyBy functions, refundOn): throttled together.
     const logger = new ThrottledLogger('RateLimit');
@@ -78,8 +80,8 @@ export class RouteLimiter {
     );
     this.identities = new Identities(options, this.addresses, hooks, this.warnings, logger);
     this.verdicts = new RequestVerdicts(events);
-    this.phase = new PhaseDecider(options, hooks, this.identities, this.numbers, buckets, this.verdicts);
-    this.refusals = new Refusals(headers, options.timeoutMs);
+    this.phase = new PhaseDecider(options, hooks, this.identities, this.numbers, buckets, this.verdicts, live);
+    this.refusals = new Refusals(headers, options.timeoutMs, options.operations.blockedStatus);
     this.refunds = new Refunds(buckets, headers, this.verdicts, logger);
     this.defaultHooks = { ...this.identities.defaults, throwRateLimitException: this.refusals.throwRateLimited };
   }

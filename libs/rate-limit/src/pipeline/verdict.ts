@@ -7,7 +7,7 @@ import { ThrottledLogger } from '../throttled-logger.js';
 import type { Decided, PhaseTake, RequestState } from './request-state.js';
 
 /** The source a merged verdict reports: a failure of either phase wins, so headers never claim numbers nobody has. */
-const SOURCE_RANK: Record<VerdictSource, number> = { store: 0, cache: 1, local: 2, open: 3, closed: 4 };
+const SOURCE_RANK: Record<VerdictSource, number> = { store: 0, cache: 1, local: 2, open: 3, closed: 4, blocked: 5 };
 
 /** The request's verdict over both phases, left on the request (`RateLimitState`), and its decision events. */
 export class RequestVerdicts {

@@ -1,7 +1,8 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { FailureMode, ResolvedRateLimitOptions } from '../rate-limit.options.js';
-import { BucketService } from './bucket.service.js';
+import { LiveOperations } from './live-operations.js';
+import { BucketService } from '../bucket/bucket.service.js';
 
 /** What `RateLimitHealth.status()` answers: is the limiter limiting right now, and how. */
 export interface RateLimitStatus {
@@ -21,6 +22,11 @@ export interface RateLimitStatus {
   fallbackDecisionsLastMinute: number;
   /** While degraded: what is wrong and what requests get meanwhile. */
   reason?: string;
+  /**
+   * With `operations` on: the overrides and blocks this instance applies now, and whether its periodic
+   * call (which keeps them current) fails; then they are as last read, and the status says so.
+   */
+  operations?: { overrides: number; blocks: number; syncFailing: boolean; lastSyncAt?: number };
 }
 
 /** One entry of `RateLimitHealth.check()`'s result: terminus' `{ status, ...details }`. */
@@ -44,6 +50,7 @@ export class RateLimitHealth {
   constructor(
     private readonly buckets: BucketService,
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
+    private readonly live: LiveOperations,
   ) {}
 
   status(): RateLimitStatus {
@@ -58,6 +65,10 @@ export class RateLimitHealth {
       failingNodes,
       fallbackDecisionsLastMinute,
     };
+    if (this.live.enabled) {
+      const { overrides, blocks, syncFailing, lastSyncAt } = this.live.status();
+      status.operations = { overrides, blocks, syncFailing, ...(lastSyncAt !== undefined ? { lastSyncAt } : {}) };
+    }
     if (status.status === 'degraded') {
       const what =
         failingNodes.length > 0
