@@ -63,8 +63,21 @@ function snapshotOf(atMs: number, decisions: [scope: string, id: string, allowed
 describe.each(BACKENDS)('analytics in %s: what was flushed is read back exactly', (_kind, make) => {
   it('gives the per-second series (zeros included, oldest first) and the top identities with both counts', async () => {
     const { backend, flush } = make();
-    await flush(snapshotOf(NOW - 2000, [['login', 'ip:10.0.0.1', false, 7], ['login', 'ip:10.0.0.2', true, 3]]), NOW - 2000);
-    await flush(snapshotOf(NOW, [['login', 'ip:10.0.0.1', true, 2], ['login', 'ip:10.0.0.2', false, 4], ['login', 'user:42', false, 1]]), NOW);
+    await flush(
+      snapshotOf(NOW - 2000, [
+        ['login', 'ip:10.0.0.1', false, 7],
+        ['login', 'ip:10.0.0.2', true, 3],
+      ]),
+      NOW - 2000,
+    );
+    await flush(
+      snapshotOf(NOW, [
+        ['login', 'ip:10.0.0.1', true, 2],
+        ['login', 'ip:10.0.0.2', false, 4],
+        ['login', 'user:42', false, 1],
+      ]),
+      NOW,
+    );
     await flush(snapshotOf(NOW, [['GET /other path', 'user:42', false, 9]]), NOW);
 
     expect(await backend.series('login', 4, NOW)).toEqual([
@@ -95,7 +108,8 @@ describe.each(BACKENDS)('analytics in %s: what was flushed is read back exactly'
     await flush(snapshotOf(NOW - 90 * 60_000, [['api', 'key:old', false, 5]]), NOW - 90 * 60_000);
     await flush(snapshotOf(NOW - 30 * 60_000, [['api', 'key:recent', false, 3]]), NOW - 30 * 60_000);
     await flush(snapshotOf(NOW, [['api', 'key:now', false, 1]]), NOW);
-    const ids = async (windowSeconds: number) => (await backend.top('api', { by: 'refused', windowSeconds, limit: 10 }, NOW)).map((t) => t.identity);
+    const ids = async (windowSeconds: number) =>
+      (await backend.top('api', { by: 'refused', windowSeconds, limit: 10 }, NOW)).map((t) => t.identity);
     expect(await ids(300)).toEqual(['key:now']);
     expect(await ids(3600)).toEqual(['key:recent', 'key:now']);
     expect(await ids(86_400)).toEqual(['key:old', 'key:recent', 'key:now']);
@@ -123,7 +137,12 @@ describe('analytics in redis: bounded, expiring, one round trip', () => {
       await flushed(counts.take() as CountsSnapshot);
     }
     for (let f = 0; f < 20; f++) {
-      await flushed(snapshotOf(NOW, Array.from({ length: 10 }, (_, i) => ['trickle', `user:${f}-${i}`, false, 1 + i] as const).map((d) => [...d])));
+      await flushed(
+        snapshotOf(
+          NOW,
+          Array.from({ length: 10 }, (_, i) => ['trickle', `user:${f}-${i}`, false, 1 + i] as const).map((d) => [...d]),
+        ),
+      );
     }
     const entries = Array.from({ length: 100_000 }, (_, i) => ({ id: `key:${randomUUID()}`, count: 1 + (i % 50), error: 0 }));
     await flushed({ scopes: [{ scope: 'raw', seconds: [{ at: SECOND, allowed: 1, refused: 1 }], allowed: entries, refused: entries }] });

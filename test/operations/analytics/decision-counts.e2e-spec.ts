@@ -34,14 +34,24 @@ describe('DecisionCounts: decisions per scope and identity, counted in memory be
             { id: 'ip:10.0.0.1', count: 1, error: 0 },
           ],
         },
-        { scope: 'search', seconds: [{ at: T0 / 1000 + 1, allowed: 1, refused: 0 }], allowed: [{ id: 'user:42', count: 1, error: 0 }], refused: [] },
+        {
+          scope: 'search',
+          seconds: [{ at: T0 / 1000 + 1, allowed: 1, refused: 0 }],
+          allowed: [{ id: 'user:42', count: 1, error: 0 }],
+          refused: [],
+        },
       ],
     });
     expect(counts.take()).toBeUndefined(); // an idle instance sends nothing
 
     counts.record('search', 'user:42', false); // the same second as before the take: counted once, in the next snapshot
     expect(counts.take()?.scopes).toEqual([
-      { scope: 'search', seconds: [{ at: T0 / 1000 + 1, allowed: 0, refused: 1 }], allowed: [], refused: [{ id: 'user:42', count: 1, error: 0 }] },
+      {
+        scope: 'search',
+        seconds: [{ at: T0 / 1000 + 1, allowed: 0, refused: 1 }],
+        allowed: [],
+        refused: [{ id: 'user:42', count: 1, error: 0 }],
+      },
     ]);
   });
 

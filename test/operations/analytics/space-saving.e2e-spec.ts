@@ -5,10 +5,7 @@ import { SpaceSaving } from '../../../libs/rate-limit/src/operations/analytics/s
 const streamArb = (maxN: number) =>
   fc.array(
     fc.tuple(
-      fc.oneof(
-        { weight: 3, arbitrary: fc.integer({ min: 0, max: 4 }) },
-        { weight: 2, arbitrary: fc.integer({ min: 5, max: 500 }) },
-      ),
+      fc.oneof({ weight: 3, arbitrary: fc.integer({ min: 0, max: 4 }) }, { weight: 2, arbitrary: fc.integer({ min: 5, max: 500 }) }),
       fc.integer({ min: 1, max: maxN }),
     ),
     { maxLength: 400 },

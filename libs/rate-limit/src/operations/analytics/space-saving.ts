@@ -55,7 +55,8 @@ export class SpaceSaving {
 
   /** @param capacity K, the number of counters (an integer >= 1). */
   constructor(readonly capacity: number) {
-    if (!Number.isSafeInteger(capacity) || capacity < 1) throw new RangeError(`SpaceSaving capacity must be an integer >= 1 (got ${capacity})`);
+    if (!Number.isSafeInteger(capacity) || capacity < 1)
+      throw new RangeError(`SpaceSaving capacity must be an integer >= 1 (got ${capacity})`);
   }
 
   /** N: the sum of every `n` added since the last clear. */
