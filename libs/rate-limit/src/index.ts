@@ -31,6 +31,8 @@ export { SkipRateLimit } from './decorators/skip-rate-limit.decorator.js';
 export { BucketService, type BucketEntry } from './bucket/bucket.service.js';
 export { RateLimitHealth, type RateLimitIndicator, type RateLimitStatus } from './operations/rate-limit-health.js';
 export { RateLimitInsights, type OperatorChange } from './operations/rate-limit-insights.js';
+export { RateLimitDashboardModule } from './dashboard/rate-limit-dashboard.module.js';
+export type { RateLimitDashboardOptions } from './dashboard/dashboard.options.js';
 export type { OperationsStatus } from './operations/live-operations.js';
 export type {
   AuditAction,

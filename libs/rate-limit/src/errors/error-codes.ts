@@ -38,6 +38,8 @@ export const RATE_LIMIT_ERROR_CODES = {
   ERR_RATE_LIMIT_OPERATIONS_STORE:
     "Use store: 'redis' (shared by every instance) or 'memory' (one process) with operations: a store of your own cannot hold them.",
   ERR_RATE_LIMIT_INVALID_OPERATION: 'Correct the field the message names: nothing was changed.',
+  ERR_RATE_LIMIT_DASHBOARD_UNGUARDED:
+    "Pass your app's auth: RateLimitDashboardModule.register({ guard: YourAdminGuard }), or unauthenticatedOnLoopback: true for this machine only.",
   // At run time: the message is left as it is, the code is in `code`.
   ERR_RATE_LIMIT_WAIT_TOO_LONG:
     'The tokens would come later than maxWaitMs allows (waitMs says when): nothing was reserved; try later, or allow a longer wait.',
