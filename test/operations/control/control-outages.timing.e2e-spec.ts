@@ -96,7 +96,7 @@ describe('live changes on a Redis Cluster', () => {
     cluster = await LocalCluster.start(3);
     const keyPrefix = testPrefix('ops-cluster');
     const connect = () => {
-      const client = new Cluster(cluster.nodes, { enableOfflineQueue: false, redisOptions: { enableOfflineQueue: false } });
+      const client = new Cluster(cluster.nodes, { enableOfflineQueue: false });
       clients.push(client);
       return client;
     };

@@ -6,6 +6,10 @@ import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import { BucketStore } from '../stores/bucket-store.interface.js';
 import { MemoryBucketStore } from '../stores/memory/memory-bucket.store.js';
 import { RedisBucketStore } from '../stores/redis/redis-bucket.store.js';
+import type { AnalyticsBackend } from './analytics/analytics-backend.js';
+import { RedisAnalytics } from './analytics/analytics-store.js';
+import { DecisionCounts } from './analytics/decision-counts.js';
+import { MemoryAnalytics } from './analytics/memory-analytics.js';
 import { ControlState } from './control/control-state.js';
 import { type ControlStore, MemoryControlStore, RedisControlStore } from './control/control-store.js';
 
@@ -55,7 +59,9 @@ export class LiveOperations implements OnApplicationBootstrap, OnModuleDestroy {
   readonly store: ControlStore | undefined;
   readonly enabled: boolean;
   /** The analytics' counts of this instance; undefined when analytics are off. */
-  counts: DecisionRecorder | undefined;
+  readonly counts: DecisionRecorder | undefined;
+  /** Where the counts go and are read back; undefined when analytics are off. */
+  readonly analytics: AnalyticsBackend | undefined;
   private readonly client: Redis | Cluster | undefined;
   private readonly writers: PeriodicWriter[] = [];
   private timer: NodeJS.Timeout | undefined;
@@ -80,6 +86,24 @@ export class LiveOperations implements OnApplicationBootstrap, OnModuleDestroy {
         'ERR_RATE_LIMIT_OPERATIONS_STORE',
         'RateLimitModule: operations needs the Redis store or the memory store; a store of your own has nowhere to keep overrides, blocks and analytics',
       );
+    }
+    const { analytics } = options.operations;
+    if (analytics.enabled) {
+      const counts = new DecisionCounts(analytics.topK);
+      const backend =
+        this.client !== undefined ? new RedisAnalytics(this.client, options.keyPrefix, analytics) : new MemoryAnalytics(analytics);
+      this.counts = counts;
+      this.analytics = backend;
+      this.addWriter({
+        appendTo(pipeline, nowMs) {
+          const snapshot = counts.take();
+          if (snapshot === undefined) return undefined;
+          backend.flush(snapshot, nowMs, pipeline);
+          return (ok) => {
+            if (!ok) counts.restore(snapshot);
+          };
+        },
+      });
     }
   }
 

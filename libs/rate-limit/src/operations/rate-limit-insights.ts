@@ -6,6 +6,7 @@ import type { CompiledPolicy } from '../policies/policy.js';
 import { PolicyRegistry } from '../policies/policy-registry.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
+import type { AnalyticsBackend } from './analytics/analytics-backend.js';
 import type { ControlStore } from './control/control-store.js';
 import { overrideField } from './control/control-store.js';
 import {
@@ -32,12 +33,6 @@ import type {
   TopIdentity,
 } from './operations.types.js';
 
-/** Reads of the analytics (`operations.analytics`), as the periodic call wrote them. */
-export interface AnalyticsReader {
-  top(scope: string, by: 'refused' | 'allowed', windowSeconds: number, limit: number, nowMs: number): Promise<TopIdentity[]>;
-  series(scope: string, seconds: number, nowMs: number): Promise<SeriesPoint[]>;
-}
-
 /** Who made a change and why, for the audit trail. */
 export interface OperatorChange {
   by: string;
@@ -62,8 +57,6 @@ const MAX_CAPACITY = 1e9;
  */
 @Injectable()
 export class RateLimitInsights {
-  /** Analytics reads, set by the module when `operations.analytics` is on. */
-  analytics: AnalyticsReader | undefined;
   private readonly hash: Digest;
 
   constructor(
@@ -125,7 +118,7 @@ export class RateLimitInsights {
       throw new RateLimitInputError(`by must be 'refused' or 'allowed' (got ${JSON.stringify(by)})`);
     const window = seconds(options.windowSeconds ?? 300, 'windowSeconds', 60, 86_400)!;
     const limit = seconds(options.limit ?? 20, 'limit', 1, 100)!;
-    return reader.top(scope, by, window, limit, Date.now());
+    return reader.top(scope, { by, windowSeconds: window, limit }, Date.now());
   }
 
   /** Allowed and refused decisions of a policy per second, oldest first, over the last `seconds` (default 900). */
@@ -315,10 +308,11 @@ export class RateLimitInsights {
     return this.live.store;
   }
 
-  private reader(): AnalyticsReader {
+  private reader(): AnalyticsBackend {
     this.store();
-    if (this.analytics === undefined) throw new RateLimitInputError('analytics are off (operations.analytics: false): nothing was counted');
-    return this.analytics;
+    if (this.live.analytics === undefined)
+      throw new RateLimitInputError('analytics are off (operations.analytics: false): nothing was counted');
+    return this.live.analytics;
   }
 
   private policiesOf(scope: unknown): CompiledPolicy[] {
