@@ -94,11 +94,19 @@ function renderOverrides(overrides) {
   }));
 }
 
+/** What a change set, in words: the override's numbers, the end of a block or an override. */
+function detail(d) {
+  var parts = numbers(d) ? [numbers(d)] : [];
+  if (d.until !== undefined) parts.push('until ' + dateTime(d.until));
+  Object.keys(d).forEach(function (k) { if (['capacity', 'refillPerSecond', 'enforce', 'until'].indexOf(k) < 0) parts.push(k + ' ' + JSON.stringify(d[k])); });
+  return parts.join(', ');
+}
+
 function renderAudit(audit) {
   replaceRows($('audit-body'), 'audit', audit.length === 0 ? [emptyRow(7, 'No change yet.')] : audit.map(function (a) {
     return el('tr', {}, [
       el('th', { scope: 'row', text: dateTime(a.at) }), cell(a.by), cell(a.action), cell(a.scope ? code(a.scope) : '—'),
-      cell(a.target ? code(a.target) : '—'), cell(a.reason || '—'), cell(a.detail ? code(JSON.stringify(a.detail)) : '—'),
+      cell(a.target ? code(a.target) : '—'), cell(a.reason || '—'), cell(a.detail ? detail(a.detail) : '—'),
     ]);
   }));
 }

@@ -84,7 +84,8 @@ function niceMax(value) {
 
 /** Allowed and refused per second as two lines, newest at the right, with its totals as the caption. */
 function drawChart(container, caption, scope, points) {
-  var width = 960, height = 240, left = 48, right = 12, top = 16, bottom = 28;
+  // As wide as its box, so that its text keeps its size on a phone as on a laptop.
+  var width = Math.max(300, Math.round(container.clientWidth || 960)), height = width < 600 ? 200 : 240, left = 48, right = 12, top = 16, bottom = 28;
   var plotW = width - left - right, plotH = height - top - bottom;
   var allowed = 0, refused = 0, peak = 0;
   points.forEach(function (p) { allowed += p.allowed; refused += p.refused; peak = Math.max(peak, p.allowed, p.refused); });
@@ -99,7 +100,8 @@ function drawChart(container, caption, scope, points) {
   }
   var n = Math.max(points.length, 2);
   var minutes = Math.round(points.length / 60);
-  for (var m = 0; m <= minutes; m += Math.max(1, Math.round(minutes / 5))) {
+  var labels = width < 600 ? 3 : 5;
+  for (var m = 0; m <= minutes; m += Math.max(1, Math.round(minutes / labels))) {
     var x = left + plotW - (plotW * m * 60) / (n - 1);
     root.append(svg('text', { class: 'axis', x: x, y: height - 8, 'text-anchor': m === 0 ? 'end' : 'middle' }, m === 0 ? 'now' : '−' + m + ' min'));
   }

@@ -32,12 +32,13 @@ main { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 1re
 .status { font-weight: 600; padding: .55rem .8rem; border-radius: 6px; margin: 0 0 .6rem; border-left: 5px solid var(--muted); }
 .status.up { background: var(--ok-bg); border-left-color: var(--ok); }
 .status.degraded, .status.off { background: var(--bad-bg); border-left-color: var(--bad); }
-.facts { display: grid; grid-template-columns: repeat(auto-fill, minmax(11rem, 1fr)); gap: .5rem 1rem; margin: 0; }
+.facts { display: grid; grid-template-columns: repeat(auto-fill, minmax(9.5rem, 1fr)); gap: .5rem 1rem; margin: 0; }
 .facts div { border-top: 1px solid var(--line); padding-top: .3rem; }
 .facts dt { color: var(--muted); font-size: .82rem; }
 .facts dd { margin: 0; font-weight: 600; font-variant-numeric: tabular-nums; overflow-wrap: anywhere; }
 .facts .bad { color: var(--bad); }
-.scroll { overflow-x: auto; }
+.scroll { overflow-x: auto; position: relative; }
+.scroll table.wide-table { min-width: 40rem; }
 .scroll:focus-visible { outline: 3px solid var(--focus); }
 table { border-collapse: collapse; width: 100%; font-size: .9rem; }
 th, td { text-align: left; padding: .4rem .5rem; border-bottom: 1px solid var(--line); vertical-align: top; }
@@ -45,7 +46,7 @@ th { color: var(--muted); font-weight: 600; font-size: .8rem; white-space: nowra
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.empty { color: var(--muted); font-style: italic; }
 td.actions { white-space: nowrap; text-align: right; }
-code { font: .85rem ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; overflow-wrap: anywhere; }
+code { font: .85rem ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; overflow-wrap: break-word; }
 .tag { display: inline-block; padding: 0 .4rem; border-radius: 4px; font-size: .8rem; border: 1px solid var(--line); }
 .tag.shadow { color: var(--warn); border-color: var(--warn); }
 .tag.override { color: var(--accent); border-color: var(--accent); }
@@ -83,7 +84,5 @@ dialog::backdrop { background: rgb(0 0 0 / 45%); }
   main { grid-template-columns: minmax(0, 1fr); padding: .6rem .6rem 4rem; gap: .6rem; }
   .top { padding: .6rem; }
   th, td { padding: .35rem .3rem; }
-  td.actions { white-space: normal; }
-  td.actions button { margin: .15rem 0 0 .2rem; }
 }
 `;

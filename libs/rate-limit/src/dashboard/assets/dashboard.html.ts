@@ -17,6 +17,7 @@ export function dashboardPage(base: string): string {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
 <title>Rate limits</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="${at}assets/app.css">
 <script src="${at}assets/app.js" defer></script>
 </head>
@@ -36,7 +37,7 @@ export function dashboardPage(base: string): string {
   <section id="policies" class="card" aria-labelledby="policies-title">
     <h2 id="policies-title">Policies</h2>
     <div class="scroll" tabindex="0" role="region" aria-labelledby="policies-title">
-      <table>
+      <table class="wide-table">
         <thead><tr><th scope="col">Policy</th><th scope="col">Key</th><th scope="col" class="num">Capacity</th><th scope="col" class="num">Refill /s</th><th scope="col">Mode</th><th scope="col">Override</th><th scope="col">Routes</th><th scope="col"><span class="sr">Actions</span></th></tr></thead>
         <tbody id="policies-body"></tbody>
       </table>
@@ -83,7 +84,7 @@ export function dashboardPage(base: string): string {
       <p class="controls"><button type="button" id="block-new">Block an identity or range…</button></p>
     </div>
     <div class="scroll" tabindex="0" role="region" aria-labelledby="blocks-title">
-      <table>
+      <table class="wide-table">
         <thead><tr><th scope="col">Target</th><th scope="col">Reason</th><th scope="col">By</th><th scope="col">Until</th><th scope="col"><span class="sr">Actions</span></th></tr></thead>
         <tbody id="blocks-body"></tbody>
       </table>
@@ -93,7 +94,7 @@ export function dashboardPage(base: string): string {
   <section id="overrides" class="card" aria-labelledby="overrides-title">
     <h2 id="overrides-title">Overrides in force</h2>
     <div class="scroll" tabindex="0" role="region" aria-labelledby="overrides-title">
-      <table>
+      <table class="wide-table">
         <thead><tr><th scope="col">Policy</th><th scope="col">Identity</th><th scope="col">Numbers</th><th scope="col">Reason</th><th scope="col">By</th><th scope="col">Until</th><th scope="col"><span class="sr">Actions</span></th></tr></thead>
         <tbody id="overrides-body"></tbody>
       </table>
@@ -103,7 +104,7 @@ export function dashboardPage(base: string): string {
   <section id="audit" class="card wide" aria-labelledby="audit-title">
     <h2 id="audit-title">Audit trail</h2>
     <div class="scroll" tabindex="0" role="region" aria-labelledby="audit-title">
-      <table>
+      <table class="wide-table">
         <thead><tr><th scope="col">When</th><th scope="col">By</th><th scope="col">Action</th><th scope="col">Policy</th><th scope="col">Target</th><th scope="col">Reason</th><th scope="col">Detail</th></tr></thead>
         <tbody id="audit-body"></tbody>
       </table>
