@@ -46,10 +46,13 @@ export interface WorkerBuild {
  * Compiles the worker app with the library sources into `dist/test-workers/<random>/` (git-ignored;
  * inside the repo so that bare imports resolve from its node_modules). A directory per call: test
  * files running in parallel never write each other's files, and nothing depends on an earlier build.
+ * `--noCheck`: emit only, the same files as with the type-check (the decorator metadata included), in
+ * about a third of the CPU time (4 s instead of 12 on two cores); `npm run typecheck` checks these
+ * sources with the rest of test/.
  */
 export async function buildWorkerApp(): Promise<WorkerBuild> {
   const outDir = join(ROOT, 'dist', 'test-workers', randomUUID().slice(0, 8));
-  await run(process.execPath, [TSC, '-p', WORKER_TSCONFIG, '--outDir', outDir]);
+  await run(process.execPath, [TSC, '-p', WORKER_TSCONFIG, '--noCheck', '--outDir', outDir]);
   return {
     entry: join(outDir, 'test/support/worker-app/main.js'),
     remove: () => rm(outDir, { recursive: true, force: true }),
