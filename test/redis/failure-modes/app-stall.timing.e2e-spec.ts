@@ -1,7 +1,7 @@
 import { type INestApplication, Module } from '@nestjs/common';
 import { BucketService, RateLimitModule, type RateLimitDecisionEvent } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../../support/app.js';
-import { burst } from '../../support/burst.js';
+import { burst, bursts } from '../../support/burst.js';
 import { stallController } from '../../support/stall-app.js';
 import { redisUrl, testPrefix } from '../../support/redis.js';
 // Not public: the store-call events the metrics' store-duration histogram is recorded from.
@@ -46,26 +46,35 @@ describe.each(PLATFORMS)('the deadline measures Redis, not the app, with default
 
   it(`admits at most ${CAPACITY} of 40 requests of a client while a handler blocks the loop ${BLOCK_MS} ms, every one decided by Redis, in 20 rounds`, async () => {
     await start();
-    for (let round = 0; round < 20; round++) {
-      const ip = `10.20.${round}.1`;
-      events.length = 0;
-      // 20 limited requests, the blocking one, 20 more: decisions queued before it wait out the stall.
-      const requests = Array.from({ length: 40 }, () => ({ path: 'limited', ip }));
+    // 20 limited requests of the round's client, the blocking one, 20 more: decisions queued before it wait
+    // out the stall. One burst after the other from one client process (a process each took 150 ms more).
+    const ipOf = (round: number) => `10.20.${round}.1`;
+    const rounds = Array.from({ length: 20 }, (_, round) => {
+      const requests = Array.from({ length: 40 }, () => ({ path: 'limited', ip: ipOf(round) }));
       requests.splice(20, 0, { path: 'block', ip: '10.99.99.99' });
-      const answers = await burst(port, requests);
-      const limited = answers.filter((answer) => answer.path === 'limited');
+      return requests;
+    });
+    const answered = await bursts(port, rounds);
+    // Each decision's round, by its client's address (the burst's X-Forwarded-For).
+    const clientOf = (event: RateLimitDecisionEvent) =>
+      event.context.switchToHttp().getRequest<{ headers: Record<string, unknown> }>().headers['x-forwarded-for'];
+    for (let round = 0; round < 20; round++) {
+      const limited = answered[round].filter((answer) => answer.path === 'limited');
       const admitted = limited.filter((answer) => answer.status === 200).length;
       expect({ round, admitted, refused: limited.filter((answer) => answer.status === 429).length }).toEqual({
         round,
         admitted: CAPACITY,
         refused: 40 - CAPACITY,
       });
-      expect({ round, sources: [...new Set(events.map((event) => event.source))].filter((s) => s !== 'store' && s !== 'cache') }).toEqual({
+      const decided = events.filter((event) => clientOf(event) === ipOf(round));
+      expect({ round, decided: decided.length }).toEqual({ round, decided: 40 });
+      expect({ round, sources: [...new Set(decided.map((event) => event.source))].filter((s) => s !== 'store' && s !== 'cache') }).toEqual({
         round,
         sources: [],
       });
     }
-    // Each round starts a client process of its own: on a loaded machine 20 of them outlast jest's 30 s.
+    expect(events.filter((event) => event.source !== 'store' && event.source !== 'cache')).toEqual([]);
+    // On a loaded machine the 20 rounds outlast jest's 30 s.
   }, 120_000);
 
   it('reports store latency from the write: of 10 decisions asked for before a 300 ms stall, only the one written before it counts it', async () => {
