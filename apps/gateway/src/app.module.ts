@@ -2,9 +2,10 @@ import { Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { GraphQLModule } from '@nestjs/graphql';
-import { RateLimitModule } from 'nest-redis-rate-limit';
+import { RateLimitDashboardModule, RateLimitModule } from 'nest-redis-rate-limit';
 import { apiKeyVerifier } from './api-keys.js';
 import { AuthController } from './auth.controller.js';
+import { DashboardTokenGuard } from './dashboard.guard.js';
 import { HealthController } from './health.controller.js';
 import { HelloController } from './hello.controller.js';
 import { MetricsController } from './metrics.controller.js';
@@ -39,8 +40,12 @@ import { gatewayRateLimitOptions } from './redis-probe.js';
         )),
         // Only keys this gateway issued get a bucket of their own; a made-up key counts as its sender's IP.
         keys: { apiKey: apiKeyVerifier(config.get<string>('API_KEYS') ?? 'demo,partner') },
+        // Who is limited, live overrides and blocks: what the dashboard below shows and changes.
+        operations: true,
       }),
     }),
+    // The operator's page at /rate-limit, behind the demo's admin auth (HTTP Basic, DASHBOARD_TOKEN).
+    RateLimitDashboardModule.register({ path: 'rate-limit', guard: DashboardTokenGuard }),
   ],
   controllers: [HelloController, AuthController, PlanController, QuotaController, HealthController, MetricsController, PartnerController],
   providers: [DemoUsers, DemoUserGuard, PlanLimits, QuotesResolver, EchoGateway, FakePartner, PartnerClient],

@@ -128,9 +128,10 @@ beforeAll(async () => {
   await context.addCookies([{ name: 'session', value: ADMIN_TOKEN, url: origin, sameSite: 'Lax' }]);
   page = await context.newPage();
   // A CSP violation is reported to the console; so is each answer of 400 the test provokes, not counted.
-  await context.addInitScript(() =>
-    document.addEventListener('securitypolicyviolation', (e) => console.error(`CSP violation: ${e.violatedDirective} ${e.blockedURI}`)),
-  );
+  await context.addInitScript({
+    content:
+      "document.addEventListener('securitypolicyviolation', (e) => console.error('CSP violation: ' + e.violatedDirective + ' ' + e.blockedURI))",
+  });
   page.on('console', (message) => message.type() === 'error' && !/status of 400/.test(message.text()) && problems.push(message.text()));
   page.on('pageerror', (error) => problems.push(error.message));
 }, 30_000);
@@ -154,7 +155,7 @@ it('shows the traffic of the other instance in the chart and the top list', asyn
   const row = page.locator('#top-body tr', { hasText: 'ip:198.51.100.7' });
   await row.waitFor({ timeout: 6000 });
   await expect(row.locator('td').nth(0).textContent()).resolves.toBe('4');
-  await page.waitForFunction(() => /8 allowed, 4 refused/.test(document.getElementById('chart-caption')?.textContent ?? ''), undefined, {
+  await page.waitForFunction("/8 allowed, 4 refused/.test(document.getElementById('chart-caption')?.textContent ?? '')", undefined, {
     timeout: 4000,
   });
   expect(await page.locator('#chart svg polyline.refused').count()).toBe(1);
@@ -211,7 +212,7 @@ it("raises a policy's capacity from the page, and the other instance admits more
 it('is used by keyboard: a dialog opens on Enter with the focus in it, and Escape closes it', async () => {
   await page.locator('#block-new').focus();
   await page.keyboard.press('Enter');
-  await expect(page.evaluate(() => document.activeElement?.getAttribute('name'))).resolves.toBe('target');
+  await expect(page.evaluate("document.activeElement?.getAttribute('name')")).resolves.toBe('target');
   await page.getByRole('dialog').getByLabel('Identity or address range').fill('ip:10.0.0.0/8');
   await shot('dashboard-dialog');
   await page.keyboard.press('Escape');
@@ -225,7 +226,7 @@ it('fits a phone screen', async () => {
   await phone.selectOption('#policy', 'orders');
   await phone.locator('#top-body tr', { hasText: 'ip:198.51.100.7' }).waitFor({ timeout: 5000 });
   await shot('dashboard-phone', phone);
-  expect(await phone.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+  expect(await phone.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390);
   await phone.close();
 });
 
@@ -245,14 +246,14 @@ it('changes nothing when a page of another origin forges writes, by fetch and by
   arrived.length = 0;
   const forger = await context.newPage();
   await forger.goto(evilOrigin);
-  const results = await forger.evaluate(() => (window as unknown as { forge: () => Promise<string[]> }).forge());
+  const results = await forger.evaluate<string[]>('window.forge()');
   // The CORS fetch passes the app's preflight and is refused by the dashboard; the no-cors one is sent
   // (its answer opaque, or blocked by the browser's opaque-response blocking).
   expect(results[0]).toBe('cors 403');
   expect(results[1]).toMatch(/^(opaque 0|error )/);
   await Promise.all([
     forger.waitForURL(`${origin}/rate-limit/api/block`),
-    forger.locator('#f').evaluate((f: HTMLFormElement) => f.submit()),
+    forger.locator('#f').evaluate((f) => (f as unknown as { submit(): void }).submit()),
   ]);
   await within(2000, () => Promise.resolve(arrived.filter((r) => r.status !== undefined).length === 3));
   // All three reached the app with the session cookie (its auth would pass), from the other origin: each refused.

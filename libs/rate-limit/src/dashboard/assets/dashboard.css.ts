@@ -55,6 +55,7 @@ button { background: var(--card); border: 1px solid var(--line); border-radius: 
 button:hover { border-color: var(--accent); }
 button.primary { background: var(--accent); border-color: var(--accent); color: #fff; }
 button.danger { color: var(--bad); border-color: var(--bad); }
+button.primary.danger { background: var(--bad); color: #fff; }
 td.actions button + button { margin-left: .3rem; }
 select, input { background: var(--bg); border: 1px solid var(--line); border-radius: 6px; padding: .3rem .5rem; min-height: 2rem; max-width: 100%; }
 :focus-visible { outline: 3px solid var(--focus); outline-offset: 2px; }
