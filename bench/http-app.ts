@@ -271,13 +271,16 @@ function appModule(variant: HttpVariant, prefix: string): DynamicModule {
       return { module: BenchAppModule, controllers: [NoLimiterController] };
     case 'ours':
     case 'ours-no-deny-cache':
+    case 'ours-operations':
       return {
         module: BenchAppModule,
         imports: [
           RateLimitModule.forRoot({
             redis: REDIS_URL,
             keyPrefix: prefix,
-            denyCache: variant === 'ours',
+            denyCache: variant !== 'ours-no-deny-cache',
+            // Analytics counted per decision and written by one periodic call per second (issue 33).
+            ...(variant === 'ours-operations' ? { operations: true } : {}),
             // The instructions step: under valgrind the app is ~50× slower, and the deadline's one timer
             // fires every timeoutMs of wall time while decisions are pending; a longer one keeps the
             // count of work done per request independent of the machine's speed.

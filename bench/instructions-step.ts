@@ -53,6 +53,7 @@ export const INSTRUCTION_TARGETS: readonly InstructionsTarget[] = [
   { variant: 'throw-only', path: 'denied', status: 429 },
   { variant: 'ours', path: 'allowed', status: 200 },
   { variant: 'ours', path: 'denied', status: 429 },
+  { variant: 'ours-operations', path: 'allowed', status: 200 },
 ];
 
 export const targetKey = (t: { variant: HttpVariant; path: HttpPath }) => `${t.variant} /${t.path}`;

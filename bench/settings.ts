@@ -108,11 +108,12 @@ export const HTTP_VARIANTS = [
   'nestjs-throttler',
   'rate-limiter-flexible',
   'ours-no-deny-cache',
+  'ours-operations',
 ] as const;
 export type HttpVariant = (typeof HTTP_VARIANTS)[number];
-/** `ours-no-deny-cache` differs from `ours` only on the denied path. */
+/** `ours-no-deny-cache` differs from `ours` only on the denied path; `ours-operations` (analytics on) is measured on the allowed path. */
 const ALL_HTTP_PATHS = {
-  allowed: ['none', 'ours', 'minimal-guard', 'nestjs-throttler', 'rate-limiter-flexible'],
+  allowed: ['none', 'ours', 'minimal-guard', 'nestjs-throttler', 'rate-limiter-flexible', 'ours-operations'],
   denied: ['none', 'ours', 'throw-only', 'throw-later', 'nestjs-throttler', 'rate-limiter-flexible', 'ours-no-deny-cache'],
 } as const satisfies Record<string, readonly HttpVariant[]>;
 export type HttpPath = keyof typeof ALL_HTTP_PATHS;
@@ -142,6 +143,7 @@ export const LABELS: Record<HttpVariant | LimiterName, string> = {
   none: 'no limiter',
   ours: 'ours (nest-redis-rate-limit)',
   'ours-no-deny-cache': 'ours, denyCache: false',
+  'ours-operations': 'ours, operations: true (analytics on)',
   'ours-no-coalesce': 'ours, coalesce: false',
   'minimal-guard': 'floor: minimal guard (one EVALSHA of the reference script, same headers as ours)',
   'throw-only': 'floor: a guard that only throws a 429 (no Redis)',
@@ -156,6 +158,7 @@ export const SHORT_LABELS: Record<HttpVariant | LimiterName, string> = {
   none: 'no limiter',
   ours: 'ours',
   'ours-no-deny-cache': 'ours, denyCache: false',
+  'ours-operations': 'ours, operations on',
   'ours-no-coalesce': 'ours, coalesce: false',
   'minimal-guard': 'floor: minimal guard',
   'throw-only': 'floor: throw-only guard',
