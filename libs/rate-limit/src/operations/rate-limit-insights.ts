@@ -232,8 +232,9 @@ export class RateLimitInsights {
         `refillPerSecond must be a finite number > 0 and at most ${MAX_CAPACITY} (got ${JSON.stringify(refill)})`,
       );
     }
-    if (fields.enforce !== undefined && typeof fields.enforce !== 'boolean') throw new RateLimitInputError('enforce must be true or false');
-    if (capacity === undefined && refill === undefined && fields.enforce === undefined) {
+    const enforce = fields.enforce;
+    if (enforce !== undefined && typeof enforce !== 'boolean') throw new RateLimitInputError('enforce must be true or false');
+    if (capacity === undefined && refill === undefined && enforce === undefined) {
       throw new RateLimitInputError('an override sets at least one of capacity, refillPerSecond, enforce');
     }
     const ttl = seconds(fields.ttlSeconds, 'ttlSeconds', 1, MAX_BLOCK_SECONDS, false);
@@ -251,7 +252,7 @@ export class RateLimitInsights {
     if (identity !== undefined) entry.identity = identity;
     if (capacity !== undefined) entry.capacity = capacity;
     if (refill !== undefined) entry.refillPerSecond = refill as number;
-    if (fields.enforce !== undefined) entry.enforce = fields.enforce;
+    if (typeof enforce === 'boolean') entry.enforce = enforce;
     if (ttl !== undefined) entry.until = at + ttl * 1000;
     const detail: Record<string, unknown> = {};
     for (const key of ['capacity', 'refillPerSecond', 'enforce', 'until'] as const) if (entry[key] !== undefined) detail[key] = entry[key];
