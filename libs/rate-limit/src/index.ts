@@ -55,7 +55,7 @@ export { RateLimitGuard } from './guards/rate-limit.guard.js';
 export { RateLimitInterceptor } from './interceptors/rate-limit.interceptor.js';
 export type { RateLimitState } from './pipeline/request-state.js';
 export type { CompiledPolicy } from './policies/policy.js';
-export type { RouteIdentity } from './keys/identity.js';
+export type { RouteIdentity } from './keys/identity-keys.js';
 export { RateLimitMetrics } from './metrics/rate-limit-metrics.js';
 export { METER_NAME, RateLimitMetricAttributes, RateLimitMetricNames } from './metrics/metric-names.js';
 export {

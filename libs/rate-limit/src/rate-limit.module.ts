@@ -12,7 +12,7 @@ import { RateLimitMetrics } from './metrics/rate-limit-metrics.js';
 import { needsInterceptor } from './policies/policy.js';
 import { RATE_LIMIT_ENHANCER, RATE_LIMIT_GUARD_REPLACED } from './rate-limit.constants.js';
 import { PolicyRegistry } from './policies/policy-registry.js';
-import { PolicyRouteBuckets } from './policies/route-buckets.js';
+import { PolicyRouteBuckets } from './policies/policy-route-buckets.js';
 import { RouteBuckets } from './bucket/route-buckets.js';
 import {
   ConfigurableRateLimitModule,

@@ -4,7 +4,7 @@ import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import request from 'supertest';
 import { BucketService, RateLimitModule } from 'nest-redis-rate-limit';
-import { ipIdentity } from '../../../libs/rate-limit/src/keys/identity.js';
+import { ipIdentity } from '../../../libs/rate-limit/src/keys/identity-keys.js';
 import { createApp, PLATFORMS } from '../../support/app.js';
 import { deleteKeys, keysUnder, redisUrl, testPrefix } from '../../support/redis.js';
 import { hostileAppModule } from './app.module.js';

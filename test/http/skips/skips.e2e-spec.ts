@@ -1,7 +1,7 @@
 import { type INestApplication, Logger } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { apiKeyIdentity } from '../../../libs/rate-limit/src/keys/identity.js';
+import { apiKeyIdentity } from '../../../libs/rate-limit/src/keys/identity-keys.js';
 import type { RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS, type Platform, type PlatformOptions } from '../../support/app.js';
 import { LogRecorder } from '../../support/log-recorder.js';

@@ -2,7 +2,7 @@ import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit, Optional }
 import { ModulesContainer } from '@nestjs/core';
 import { DecisionEngine, type EngineHealth } from '../engine/decision-engine.js';
 import { RateLimitEvents } from '../events/rate-limit-events.js';
-import { assertRouteIdentity, createDigest, type Digest, type RouteIdentity, serviceKey } from '../keys/identity.js';
+import { assertRouteIdentity, createDigest, type Digest, type RouteIdentity, serviceKey } from '../keys/identity-keys.js';
 import { RateLimitUnavailableError } from '../errors/rate-limit.errors.js';
 import type { BucketDecision, BucketPolicy, Verdict, VerdictSource } from '../rate-limit.interfaces.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';

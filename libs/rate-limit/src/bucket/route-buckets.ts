@@ -1,4 +1,4 @@
-import type { RouteIdentity } from '../keys/identity.js';
+import type { RouteIdentity } from '../keys/identity-keys.js';
 import type { BucketPolicy } from '../rate-limit.interfaces.js';
 import type { BucketRequest } from '../stores/token-bucket.js';
 

@@ -2,7 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import type { BucketService } from '../bucket/bucket.service.js';
 import { RateLimitConfigError, RateLimitUnavailableError } from '../errors/rate-limit.errors.js';
 import type { RateLimitedPayload } from '../rate-limit.exception.js';
-import { ipIdentity } from '../keys/identity.js';
+import { ipIdentity } from '../keys/identity-keys.js';
 import { assertBucketPolicy } from '../bucket/bucket-policy.check.js';
 import type { BucketPolicy } from '../rate-limit.interfaces.js';
 

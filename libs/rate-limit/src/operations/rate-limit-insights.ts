@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { BucketService } from '../bucket/bucket.service.js';
 import { RateLimitConfigError, RateLimitInputError } from '../errors/rate-limit.errors.js';
-import { createDigest, type Digest, routeKey } from '../keys/identity.js';
+import { createDigest, type Digest, routeKey } from '../keys/identity-keys.js';
 import type { CompiledPolicy } from '../policies/policy.js';
 import { PolicyRegistry } from '../policies/policy-registry.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';

@@ -1,6 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { BucketService } from '../bucket/bucket.service.js';
-import { ipIdentity, routeKey } from '../keys/identity.js';
+import { ipIdentity, routeKey } from '../keys/identity-keys.js';
 import type { ControlState } from '../operations/control/control-state.js';
 import type { LiveOperations } from '../operations/live-operations.js';
 import type { BlockEntry, OverrideEntry } from '../operations/operations.types.js';

@@ -1,6 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { ClientAddresses } from '../contexts/client-address.js';
-import { createDigest, type Digest, ipIdentity, routeIdentity } from '../keys/identity.js';
+import { createDigest, type Digest, ipIdentity, routeIdentity } from '../keys/identity-keys.js';
 import { defaultUserId, isUserId } from '../keys/user-identity.js';
 import type { CompiledPolicy } from '../policies/policy.js';
 import type { RoutePlan } from '../policies/policy-registry.js';

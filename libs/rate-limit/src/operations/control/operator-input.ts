@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
 import { RateLimitInputError } from '../../errors/rate-limit.errors.js';
-import { type Digest, ipIdentity, ROUTE_IDENTITY_KINDS, routeIdentity, type RouteIdentity } from '../../keys/identity.js';
+import { type Digest, ipIdentity, ROUTE_IDENTITY_KINDS, routeIdentity, type RouteIdentity } from '../../keys/identity-keys.js';
 import { SAFE_IDENTITY } from '../../rate-limit.constants.js';
 
 /**

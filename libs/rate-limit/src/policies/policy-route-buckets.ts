@@ -9,7 +9,7 @@ import {
   routeIdentity,
   routeIdentityKind,
   routeKey,
-} from '../keys/identity.js';
+} from '../keys/identity-keys.js';
 import type { BucketPolicy } from '../rate-limit.interfaces.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
