@@ -14,7 +14,7 @@ import {
   type ModelMark,
   modelTtlMs,
 } from '../../../libs/rate-limit/src/testing/bucket-model.js';
-import type { DecisionExtra } from '../../../libs/rate-limit/src/stores/redis/token-bucket.codec.js';
+import type { DecisionExtra } from '../../../libs/rate-limit/src/stores/redis/lua/script-codec.js';
 import {
   type Damage,
   KEYS,
@@ -699,7 +699,10 @@ describe('the token bucket against a reference model (fast-check)', () => {
         throw error;
       }
       if (process.env.MODEL_VERBOSE) console.log(totals);
-      // The draws reach what they are meant to reach (else the property says little).
+      // The draws of the fixed seeds reach what they are meant to reach (else the property says little). A
+      // seed drawn for the run is there to find disagreements; its 100 sequences may fall short of these
+      // shares by chance (seed 24512209: 23 waits for 25), which says nothing about the store.
+      if (drawn) return;
       expect(totals.allowed).toBeGreaterThan(runs);
       expect(totals.refused).toBeGreaterThan(runs / 4);
       expect(totals.denials).toBeGreaterThan(0);
