@@ -48,7 +48,7 @@ const upward = LAYERS.slice(0, -1).flatMap(([name, path], i) => {
       .map(([higher]) => higher)
       .join(', ')} are above)`,
     severity: 'error',
-    from: { path, pathNot: `\\.spec\\.ts$|${OPTION_TYPES}` },
+    from: { path, pathNot: OPTION_TYPES },
     to: { path: above },
   };
   if (name !== 'ground') return [rule];
@@ -71,7 +71,7 @@ module.exports = {
       name: 'every-file-has-a-layer',
       comment: 'A new folder of the library gets its place in LAYERS (.dependency-cruiser.cjs)',
       severity: 'error',
-      from: { path: SRC, pathNot: `${LAYERED}|\\.spec\\.ts$` },
+      from: { path: SRC, pathNot: LAYERED },
       to: {},
     },
     {
@@ -85,7 +85,6 @@ module.exports = {
   ],
   options: {
     doNotFollow: { path: 'node_modules' },
-    exclude: { path: '\\.spec\\.ts$' },
     tsPreCompilationDeps: true,
     tsConfig: { fileName: 'tsconfig.json' },
   },

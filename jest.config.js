@@ -1,13 +1,13 @@
 /**
- * Unit specs beside the library code; e2e specs in test/<area>/<topic>/, all against a real Redis.
- * The areas: http, identity, policies, transports, redis, properties, module, docs, package, and
- * support (the helpers).
+ * Every test file is in test/<area>/<topic>/ (none in libs/: the library folder holds only what ships),
+ * named `*.e2e-spec.ts`, against a real Redis. The areas: http, identity, policies, transports, redis,
+ * properties, module, operations, docs, package, and support (the helpers).
  *
  * Three projects, chosen by file name (`npm test` is scripts/test.mjs):
  * - `fast`: everything not below, in parallel; first, with the machine to itself.
  * - `timing`: the files whose assertions depend on wall-clock time (a wait bounded by timeoutMs,
  *   allowed ≤ B + R·T, Retry-After after a measured span, retries within a sleep...), named
- *   `*.timing.e2e-spec.ts` (or `*.timing.spec.ts` beside the library). In band (`--runInBand`): no
+ *   `*.timing.e2e-spec.ts`. In band (`--runInBand`): no
  *   other test file at normal priority shares the CPU with them.
  * - `package`: test/package/, the packed library installed into consumer apps that build and run their
  *   own test runners; the heaviest on the CPU, so last: beside `timing`, at nice 10, taking mostly the
@@ -17,7 +17,7 @@
  * globalSetup finds (or starts) one Redis for the whole run and exports REDIS_URL; globalTeardown
  * stops it and kills every process group a test left running (test/support/test-run.ts).
  */
-const TIMING = ['<rootDir>/libs/**/*.timing.spec.ts', '<rootDir>/test/**/*.timing.e2e-spec.ts'];
+const TIMING = ['<rootDir>/test/**/*.timing.e2e-spec.ts'];
 const PACKAGE = ['<rootDir>/test/package/*.e2e-spec.ts'];
 /** The consumer apps' own e2e specs: their own runners run them against the installed package (test/package). */
 const FIXTURES = '<rootDir>/test/package/fixtures/';
@@ -49,8 +49,8 @@ export default {
     {
       ...common,
       displayName: 'fast',
-      testMatch: ['<rootDir>/libs/**/*.spec.ts', '<rootDir>/test/**/*.e2e-spec.ts'],
-      testPathIgnorePatterns: [...common.testPathIgnorePatterns, '\\.timing\\.(e2e-)?spec\\.ts$', '<rootDir>/test/package/'],
+      testMatch: ['<rootDir>/test/**/*.e2e-spec.ts'],
+      testPathIgnorePatterns: [...common.testPathIgnorePatterns, '\\.timing\\.e2e-spec\\.ts$', '<rootDir>/test/package/'],
     },
     { ...common, displayName: 'timing', testMatch: TIMING },
     { ...common, displayName: 'package', testMatch: PACKAGE },

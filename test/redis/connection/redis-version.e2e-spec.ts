@@ -6,7 +6,7 @@ import { startUp } from '../../support/start-up.js';
 
 /**
  * The start-up check refuses a Redis older than 7.0 (the script needs `PEXPIRE ... GT`), read from the
- * server's own answer to `INFO server`, not only from strings (redis-startup.check.spec.ts): a server
+ * server's own answer to `INFO server`, not only from strings (redis-version-check.e2e-spec.ts): a server
  * that speaks the protocol (test/support/fake-redis.ts) answers as Redis 6.2 would. A check that did
  * not wait for the answer would read no version and let the app start. The same server answering as
  * 7.0.0 shows that nothing else stops the start.

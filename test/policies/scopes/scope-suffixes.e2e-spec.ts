@@ -1,7 +1,7 @@
 import { Controller, Module, VERSION_NEUTRAL } from '@nestjs/common';
 import { MODULE_PATH } from '@nestjs/common/constants.js';
 import { WebSocketGateway } from '@nestjs/websockets';
-import { scopeSuffixes } from './route-names.js';
+import { scopeSuffixes } from '../../../libs/rate-limit/src/policies/route-names.js';
 
 /** A fresh class named `name`, decorated with `decorator`: classes named alike, as separate files give them. */
 function named(name: string, decorator: ClassDecorator): Function {

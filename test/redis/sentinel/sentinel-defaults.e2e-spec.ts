@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
-import { ownedConnectionOf } from './owned-connection.js';
-import { createRedisClient } from './redis-client.js';
-import { isSentinel, SENTINEL_DEFAULTS, withSentinelDefaults } from './sentinel-watch.js';
+import { ownedConnectionOf } from '../../../libs/rate-limit/src/stores/redis/owned-connection.js';
+import { createRedisClient } from '../../../libs/rate-limit/src/stores/redis/redis-client.js';
+import { isSentinel, SENTINEL_DEFAULTS, withSentinelDefaults } from '../../../libs/rate-limit/src/stores/redis/sentinel-watch.js';
 
 const sentinels = [{ host: '127.0.0.1', port: 26379 }];
 

@@ -1,5 +1,5 @@
-import type { BucketRequest } from '../token-bucket.js';
-import { MemoryBucketStore } from './memory-bucket.store.js';
+import type { BucketRequest } from '../../../libs/rate-limit/src/stores/token-bucket.js';
+import { MemoryBucketStore } from '../../../libs/rate-limit/src/stores/memory/memory-bucket.store.js';
 
 /** capacity 2, 1 token per second: drained by one request of cost 2, full again 2 s later. */
 const drain = (key: string): BucketRequest => ({ key, capacity: 2, refillPerSecond: 1, cost: 2 });

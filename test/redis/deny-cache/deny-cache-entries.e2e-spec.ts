@@ -1,5 +1,5 @@
-import { DenyCache } from './deny-cache.js';
-import type { BucketRequest } from '../stores/token-bucket.js';
+import { DenyCache } from '../../../libs/rate-limit/src/engine/deny-cache.js';
+import type { BucketRequest } from '../../../libs/rate-limit/src/stores/token-bucket.js';
 
 const request = (key: string, cost = 1, capacity = 10, refillPerSecond = 2): BucketRequest => ({
   key,

@@ -1,6 +1,6 @@
 import { ServiceUnavailableException } from '@nestjs/common';
 import { inspect } from 'node:util';
-import { ERROR_REFERENCE, RATE_LIMIT_ERROR_CODES, referenceOf } from './error-codes.js';
+import { ERROR_REFERENCE, RATE_LIMIT_ERROR_CODES, referenceOf } from '../../../libs/rate-limit/src/errors/error-codes.js';
 import {
   RateLimitConfigError,
   RateLimitError,
@@ -8,7 +8,7 @@ import {
   RateLimitUnavailableError,
   RateLimitWaitTooLongError,
   reasonOf,
-} from './rate-limit.errors.js';
+} from '../../../libs/rate-limit/src/errors/rate-limit.errors.js';
 
 const REASON = 'RateLimitModule: unknown key "failuremode" in the options (did you mean "failureMode"?)';
 

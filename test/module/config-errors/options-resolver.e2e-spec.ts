@@ -1,4 +1,4 @@
-import { resolveOptions } from './rate-limit.options-resolver.js';
+import { resolveOptions } from '../../../libs/rate-limit/src/rate-limit.options-resolver.js';
 
 describe('module options', () => {
   it('fills in every default', () => {

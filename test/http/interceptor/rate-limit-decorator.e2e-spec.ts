@@ -1,8 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
-import { RateLimitInterceptor } from '../interceptors/rate-limit.interceptor.js';
-import type { RateLimitPolicy, RateLimitResolver } from '../rate-limit.interfaces.js';
-import { RateLimit } from './rate-limit.decorator.js';
+import { RateLimit, RateLimitInterceptor, type RateLimitPolicy, type RateLimitResolver } from 'nest-redis-rate-limit';
 
 @Injectable()
 class Plans implements RateLimitResolver {

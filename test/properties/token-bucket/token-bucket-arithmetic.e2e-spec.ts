@@ -1,4 +1,11 @@
-import { MAX_CAPACITY, MAX_WINDOW_SECONDS, mergeRepeatedKeys, repair, storedTtlMs, toDecision } from './token-bucket.js';
+import {
+  MAX_CAPACITY,
+  MAX_WINDOW_SECONDS,
+  mergeRepeatedKeys,
+  repair,
+  storedTtlMs,
+  toDecision,
+} from '../../../libs/rate-limit/src/stores/token-bucket.js';
 
 describe('the numbers headers carry (toDecision)', () => {
   // Fractional tokens and a refill that divides nothing evenly: floor and ceil give different answers.

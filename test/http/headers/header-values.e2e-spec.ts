@@ -1,8 +1,12 @@
-import { toDecision } from '../stores/token-bucket.js';
-import { assertBucketPolicy } from '../bucket/bucket-policy.check.js';
-import type { BucketDecision, BucketPolicy } from '../rate-limit.interfaces.js';
-import { resolveOptions } from '../rate-limit.options-resolver.js';
-import { type HeaderPolicy, mostRestrictive, RateLimitHeadersWriter } from './rate-limit-headers.writer.js';
+import { toDecision } from '../../../libs/rate-limit/src/stores/token-bucket.js';
+import { assertBucketPolicy } from '../../../libs/rate-limit/src/bucket/bucket-policy.check.js';
+import type { BucketDecision, BucketPolicy } from '../../../libs/rate-limit/src/rate-limit.interfaces.js';
+import { resolveOptions } from '../../../libs/rate-limit/src/rate-limit.options-resolver.js';
+import {
+  type HeaderPolicy,
+  mostRestrictive,
+  RateLimitHeadersWriter,
+} from '../../../libs/rate-limit/src/headers/rate-limit-headers.writer.js';
 
 const decision = (limit: number, remaining: number, retryAfterSeconds = 0): BucketDecision => ({
   allowed: retryAfterSeconds === 0,

@@ -2,7 +2,13 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { Redis } from 'ioredis';
-import { checkRedisOption, LATER_KEYS, maskUrl, REDIS_OPTION_KEYS, redisOptionKeysFor } from './redis-options.validation.js';
+import {
+  checkRedisOption,
+  LATER_KEYS,
+  maskUrl,
+  REDIS_OPTION_KEYS,
+  redisOptionKeysFor,
+} from '../../../libs/rate-limit/src/stores/redis/redis-options.validation.js';
 
 /** ioredis' own defaults object (a static of Redis, private in its types). */
 const defaults = (Redis as unknown as { defaultOptions: Record<string, unknown> }).defaultOptions;

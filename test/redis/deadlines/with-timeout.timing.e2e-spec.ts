@@ -1,8 +1,8 @@
 import { connect, createServer, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { LOOP_LIMIT_MS, watchLoopDelay } from '../../../../test/support/loop-delay.js';
-import { RateLimitTimeoutError } from '../errors/rate-limit.errors.js';
-import { Deadlines, withTimeout } from './with-timeout.js';
+import { RateLimitTimeoutError } from 'nest-redis-rate-limit';
+import { LOOP_LIMIT_MS, watchLoopDelay } from '../../support/loop-delay.js';
+import { Deadlines, withTimeout } from '../../../libs/rate-limit/src/engine/with-timeout.js';
 
 const never = () => new Promise<never>(() => undefined);
 

@@ -1,5 +1,5 @@
 import { Cluster, Redis } from 'ioredis';
-import { describeCause, describeTarget } from './redis-diagnostics.js';
+import { describeCause, describeTarget } from '../../../libs/rate-limit/src/stores/redis/redis-diagnostics.js';
 
 describe('connection causes in words', () => {
   const error = (message: string, code?: string) => Object.assign(new Error(message), code ? { code } : {});

@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
-import { redisUrl } from '../../../../../test/support/redis.js';
-import { versionTooOld } from './redis-startup.check.js';
+import { redisUrl } from '../../support/redis.js';
+import { versionTooOld } from '../../../libs/rate-limit/src/stores/redis/redis-startup.check.js';
 
 describe('the start-up check of the Redis version (the script needs PEXPIRE ... GT, Redis 7.0)', () => {
   it.each([

@@ -10,7 +10,7 @@ import {
   routeIdentityKind,
   routeKey,
   serviceKey,
-} from './identity-keys.js';
+} from '../../../libs/rate-limit/src/keys/identity-keys.js';
 
 const sha = (value: string) => createHash('sha256').update(value).digest('hex').slice(0, 32);
 
