@@ -2,6 +2,7 @@
 /**
  * `npm test`: the three jest projects (jest.config.js), and lint and type-check.
  *
+ * 0. The programs npm does not install (chromium, luacheck): installed when missing (prerequisites.mjs).
  * 1. `fast`, with the machine to itself.
  * 2. `timing` in band and, beside it, `check` (lint and type-check) and `package` at a low CPU priority
  *    (nice 10, see NICE). The timing files mostly wait (on timers, on a frozen Redis, on Sentinel), and
@@ -23,6 +24,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { ensurePrerequisites } from './prerequisites.mjs';
 import { renice } from './priority.mjs';
 
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
@@ -56,6 +58,8 @@ function run(script, { out, nice = false, started } = {}) {
   });
 }
 
+// chromium and luacheck, installed with apt-get when missing and allowed (scripts/prerequisites.mjs).
+ensurePrerequisites();
 const fast = await run('test:fast');
 
 /** Runs `script` niced beside the timing project, its output held in a file until it is printed. */

@@ -3,7 +3,7 @@ import { MemoryBucketStore, RedisBucketStore } from 'nest-redis-rate-limit';
 import type { BucketStore, TakeResult } from 'nest-redis-rate-limit';
 import { type PenaltyReport, toDecision } from '../../../libs/rate-limit/src/stores/token-bucket.js';
 import { deleteKeys, redisUrl, testPrefix } from '../../support/redis.js';
-import { reportedTokens } from '../../../libs/rate-limit/src/stores/redis/token-bucket.codec.js';
+import { reportedTokens } from '../../../libs/rate-limit/src/stores/redis/lua/script-codec.js';
 
 /**
  * One table of cases, run through the Lua script on the real Redis and through the memory store.

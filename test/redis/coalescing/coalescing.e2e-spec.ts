@@ -3,7 +3,7 @@ import { BucketService, MemoryBucketStore, RedisBucketStore } from 'nest-redis-r
 import type { BucketRequest } from '../../../libs/rate-limit/src/stores/token-bucket.js';
 import { resolveOptions } from '../../../libs/rate-limit/src/rate-limit.options-resolver.js';
 import { MAX_DECISIONS_PER_CALL } from '../../../libs/rate-limit/src/stores/redis/coalescer.js';
-import { reportedTokens } from '../../../libs/rate-limit/src/stores/redis/token-bucket.codec.js';
+import { reportedTokens } from '../../../libs/rate-limit/src/stores/redis/lua/script-codec.js';
 import { commandCalls, RedisServer, testPrefix } from '../../support/redis.js';
 
 /**
@@ -98,8 +98,12 @@ describe('decisions of one event-loop turn share one script call', () => {
   beforeAll(async () => {
     server = await RedisServer.start();
     client = new Redis(server.url);
-    // Load the script, so that the counts below see EVALSHA only.
-    await new RedisBucketStore(client, false).take([{ key: key('warm'), capacity: 1, refillPerSecond: 1, cost: 0 }]);
+    // Load the scripts (decide, reserve, give-back), so that the counts below see EVALSHA only.
+    const warm = new RedisBucketStore(client, false);
+    const request = { key: key('warm'), capacity: 1, refillPerSecond: 1, cost: 0 };
+    await warm.take([request]);
+    const reserved = await warm.take([request], { reserve: { maxWaitMs: 0, boundMs: 0 } });
+    await warm.take([request], { refund: true, givesBack: { tokens: reserved.tokens[0], nowMs: reserved.nowMs! } });
   });
 
   afterAll(async () => {
@@ -181,6 +185,32 @@ describe('decisions of one event-loop turn share one script call', () => {
       shared[i].tokens.forEach((t, j) => expect(t).toBeCloseTo(alone.tokens[j], 3));
     }
     expect(shared[5].penaltyMs?.[0]).toBeGreaterThan(9_000);
+  });
+
+  it('shares a call among decisions in a row of one script, and decides a mixed turn in the order it came', async () => {
+    const store = new RedisBucketStore(client, false);
+    const bucket = { key: key('mixed'), capacity: 4, refillPerSecond: 10, cost: 1 };
+    const reserve = { reserve: { maxWaitMs: 5_000, boundMs: 5_000 } };
+    const { result, calls: sent } = await counted(() =>
+      Promise.all([
+        store.take([bucket]),
+        store.take([bucket]),
+        store.take([bucket]),
+        store.take([bucket], reserve),
+        store.take([bucket], reserve),
+        store.take([bucket]),
+        store.take([bucket]),
+      ]),
+    );
+    // The first alone; then takes, reservations (one batch), takes: a call per run of one script.
+    expect(sent).toBe(4);
+    expect(result.map((r) => r.allowed)).toEqual([true, true, true, true, true, false, false]);
+    // In order: the reservations found 1 token, then none (a turn 100 ms away), and the takes after them
+    // found the reserved token gone (decided before the reservations, the first of them would have had it).
+    expect(result[3].waitMs).toBe(0);
+    expect(result[4].waitMs).toBeGreaterThan(90);
+    expect(result[4].waitMs).toBeLessThanOrEqual(100);
+    expect(result[5].tokens[0]).toBeLessThan(0);
   });
 
   it('refuses a decision with a number out of bounds alone: the others of its call are decided, and it writes nothing', async () => {

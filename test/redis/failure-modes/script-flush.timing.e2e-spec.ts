@@ -1,5 +1,4 @@
-import { createHash } from 'node:crypto';
-import { TOKEN_BUCKET_LUA } from '../../../libs/rate-limit/src/stores/redis/token-bucket.script.js';
+import { DECIDE_SCRIPT } from '../../../libs/rate-limit/src/stores/redis/lua/lua-scripts.js';
 import { PLATFORMS } from '../../support/app.js';
 import { countByStatus, sleep, startLoad } from '../../support/load.js';
 import { commandCalls, testPrefix } from '../../support/redis.js';
@@ -14,7 +13,7 @@ import { burst } from './scenario.js';
  * than the default 100 ms.
  */
 const RELOAD_TIMEOUT_MS = 2_000;
-const SHA = createHash('sha1').update(TOKEN_BUCKET_LUA).digest('hex');
+const SHA = DECIDE_SCRIPT.sha;
 
 describe.each(PLATFORMS)('SCRIPT FLUSH while the app runs on %s', (platform) => {
   const prefix = testPrefix(`script-flush-${platform}`);

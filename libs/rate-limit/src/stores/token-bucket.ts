@@ -2,7 +2,7 @@ import type { BucketDecision, BucketPolicy } from '../rate-limit.interfaces.js';
 
 /**
  * The token-bucket arithmetic in TypeScript, for the memory store and for turning stored token counts
- * into decisions. `token-bucket.script.ts` holds the same arithmetic in Lua; a shared table of cases
+ * into decisions. The Redis scripts (redis/lua/*.lua) hold the same arithmetic in Lua; a shared table of cases
  * runs through both.
  */
 

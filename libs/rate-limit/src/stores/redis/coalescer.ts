@@ -1,7 +1,6 @@
 import type { BucketRequest } from '../token-bucket.js';
 import { hashTag, keySlot } from './cluster-slots.js';
-import type { DecisionExtra, ScriptResult } from './token-bucket.codec.js';
-import type { TokenBucketMode } from './token-bucket.script.js';
+import type { DecisionExtra, ScriptResult, TokenBucketMode } from './lua/script-codec.js';
 
 /** At most this many decisions share one script call (a script holds Redis while it runs). */
 export const MAX_DECISIONS_PER_CALL = 64;

@@ -9,21 +9,23 @@ import { ownedConnectionOf, type OwnedConnection } from './owned-connection.js';
 import { diagnosticsOf, type RedisDiagnostics } from './redis-diagnostics.js';
 import type { RedisClient } from './redis-options.validation.js';
 import { checkAtStartup, type StartupCheckSettings } from './redis-startup.check.js';
+import { DECIDE_SCRIPT, GIVE_BACK_SCRIPT, LUA_SCRIPTS, type LuaScript, RESERVE_SCRIPT } from './lua/lua-scripts.js';
 import {
+  appendGiveBack,
+  appendReservations,
   appendScriptDecision,
   callError,
   type DecisionExtra,
   decodeMany,
   decodeOne,
   decodeReserve,
-  GIVE_BACK_HEADER,
   hasPenalty,
   MODE_CODE,
   groupDecisions,
-  reserveHeader,
+  type ScriptCall,
   type ScriptResult as Result,
-} from './token-bucket.codec.js';
-import { TOKEN_BUCKET_COMMAND, TOKEN_BUCKET_LUA, type TokenBucketMode } from './token-bucket.script.js';
+  type TokenBucketMode,
+} from './lua/script-codec.js';
 
 type ScriptCommand = (...args: (string | number)[]) => Promise<unknown>;
 
@@ -42,13 +44,17 @@ async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boo
 }
 
 /**
- * Buckets in Redis, decided by one EVALSHA of the token-bucket script per decision.
+ * Buckets in Redis, decided by one EVALSHA of a script per decision (lua/: decide.lua for take, peek and
+ * refund, reserve.lua and give-back.lua for acquire()).
  * On a Cluster, buckets of one identity share a hash tag and are decided together; buckets of
  * different identities are decided group by group, and a denial gives back what earlier groups took.
  */
 export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDestroy {
   readonly remote = true;
   private readonly logger = new Logger('RateLimit');
+  /** The scripts as commands of the client, by their `.lua` name. */
+  private readonly scripts = new Map<LuaScript, ScriptCommand>();
+  /** decide.lua: what the start-up check runs. */
   private readonly script: ScriptCommand;
   /** Why a client the module created cannot connect; undefined for a client the application passed in. */
   private readonly diagnostics: RedisDiagnostics | undefined;
@@ -67,10 +73,12 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     /** The start-up check of a client the module created; undefined: none (the old wait of up to 1 s). */
     private readonly startup?: StartupCheckSettings,
   ) {
-    client.defineCommand(TOKEN_BUCKET_COMMAND, { lua: TOKEN_BUCKET_LUA });
+    for (const script of LUA_SCRIPTS) {
+      client.defineCommand(script.command, { lua: script.lua });
+      this.scripts.set(script, (client as unknown as Record<string, ScriptCommand>)[script.command].bind(client));
+    }
+    this.script = this.scripts.get(DECIDE_SCRIPT)!;
     this.nodeOf = client instanceof Cluster ? (key) => this.masterOf(key) : undefined;
-    const command = (client as unknown as Record<string, ScriptCommand>)[TOKEN_BUCKET_COMMAND];
-    this.script = command.bind(client);
     this.coalescer = coalesce
       ? new Coalescer(
           (requests, mode, sent, extra) => this.send(requests, mode, undefined, sent, extra),
@@ -252,8 +260,8 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
       sent?.();
       const call =
         now === undefined
-          ? this.evaluate([1, key, header, capacity, refillPerSecond, cost])
-          : this.evaluate([1, key, header, capacity, refillPerSecond, cost, now]);
+          ? this.evaluate(DECIDE_SCRIPT, [1, key, header, capacity, refillPerSecond, cost])
+          : this.evaluate(DECIDE_SCRIPT, [1, key, header, capacity, refillPerSecond, cost, now]);
       return this.connection === undefined ? call.then(decodeOne) : call.then((reply) => (this.connection!.answered(1), decodeOne(reply)));
     }
     return this.decide([{ requests, mode, sent, extra: undefined }], now).then(([result]) => {
@@ -270,23 +278,24 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     extra: DecisionExtra,
   ): Promise<Result> {
     if (this.diagnostics !== undefined && this.client.status !== 'ready') return Promise.reject(this.diagnostics.notConnected());
-    const { key, capacity, refillPerSecond, cost } = request;
     const { reserve, givesBack } = extra;
-    const args: (string | number)[] = reserve
-      ? [1, key, reserveHeader(1), capacity, refillPerSecond, reserve.boundMs, cost, reserve.maxWaitMs]
-      : [1, key, GIVE_BACK_HEADER, capacity, refillPerSecond, cost, givesBack!.tokens, givesBack!.nowMs];
-    if (now !== undefined) args.push(now);
+    const keys: string[] = [];
+    const argv: (string | number)[] = [];
+    if (reserve) appendReservations(keys, argv, request, reserve.boundMs, [{ cost: request.cost, maxWaitMs: reserve.maxWaitMs }]);
+    else appendGiveBack(keys, argv, request, givesBack!);
+    if (now !== undefined) argv.push(now);
     sent?.();
-    return this.evaluate(args).then((reply) => {
+    return this.evaluate(reserve ? RESERVE_SCRIPT : GIVE_BACK_SCRIPT, [1, ...keys, ...argv]).then((reply) => {
       this.connection?.answered(1);
       return reserve ? decodeReserve(reply) : decodeOne(reply);
     });
   }
 
   /**
-   * One call for `decisions`, in order: per decision its result, or the script's refusal of it. The
-   * reservations of one bucket with the same numbers are one batch of the script (read and written once),
-   * in their order.
+   * `decisions`, in order: per decision its result, or the script's refusal of it. Decisions in a row of
+   * one script share a call (`groupDecisions`), and the reservations of one bucket with the same numbers
+   * in it are one batch (read and written once), in their order. Calls of one turn go out together, in
+   * order, on the same connection: Redis runs them in that order.
    */
   private decide(
     decisions: readonly Pick<Queued, 'requests' | 'mode' | 'sent' | 'extra'>[],
@@ -297,18 +306,50 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     if (this.diagnostics !== undefined && this.client.status !== 'ready') {
       return Promise.reject(this.diagnostics.notConnected());
     }
-    const { script, owners } = groupDecisions(decisions);
+    const calls = groupDecisions(decisions);
+    if (calls.length === 1) return this.decideIn(calls[0], decisions, now);
+    // A mixed turn (reservations beside takes, say): a call per run; a run of one decision goes as it would alone.
+    const results = new Array<Result | Error>(decisions.length);
+    return Promise.all(
+      calls.map((call) => {
+        if (call.owners.length === 1 && call.owners[0].length === 1) {
+          const i = call.owners[0][0];
+          const { requests, mode, sent, extra } = decisions[i];
+          return this.send(requests, mode, now, sent, extra).then(
+            (result) => void (results[i] = result),
+            (error: unknown) => void (results[i] = error instanceof Error ? error : new Error(String(error))),
+          );
+        }
+        return this.decideIn(call, decisions, now).then(
+          (answers) => call.owners.forEach((positions) => positions.forEach((i) => (results[i] = answers[i]))),
+          (error: unknown) =>
+            call.owners.forEach((positions) =>
+              positions.forEach((i) => (results[i] = error instanceof Error ? error : new Error(String(error)))),
+            ),
+        );
+      }),
+    ).then(() => results);
+  }
+
+  /** One script call for the decisions of `call`; answers a result per decision of `decisions` (undefined where another call answers). */
+  private decideIn(call: ScriptCall, decisions: readonly Pick<Queued, 'sent'>[], now: number | undefined): Promise<(Result | Error)[]> {
     const keys: string[] = [];
     const argv: (string | number)[] = [];
-    for (const decision of script) appendScriptDecision(keys, argv, decision);
+    for (const decision of call.decisions) appendScriptDecision(keys, argv, decision);
     if (now !== undefined) argv.push(now);
-    for (const decision of decisions) decision.sent?.();
-    return this.evaluate([keys.length, ...keys, ...argv]).then((reply) => {
-      this.connection?.answered(decisions.length);
-      const answers = decodeMany(reply, script);
+    let count = 0;
+    for (const positions of call.owners) {
+      for (const i of positions) {
+        decisions[i].sent?.();
+        count++;
+      }
+    }
+    return this.evaluate(call.script, [keys.length, ...keys, ...argv]).then((reply) => {
+      this.connection?.answered(count);
+      const answers = decodeMany(reply, call.decisions);
       const results = new Array<Result | Error>(decisions.length);
       let j = 0;
-      for (const positions of owners) for (const i of positions) results[i] = answers[j++];
+      for (const positions of call.owners) for (const i of positions) results[i] = answers[j++];
       return results;
     });
   }
@@ -318,11 +359,11 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
    * the cache is flushed again before that reload runs, the reload fails too. One more try sends the
    * body again; a NOSCRIPT means the script did not run, so no decision is taken twice.
    */
-  private evaluate(args: (string | number)[]): Promise<unknown> {
-    return this.call(args)
+  private evaluate(script: LuaScript, args: (string | number)[]): Promise<unknown> {
+    return this.call(script, args)
       .catch((error: unknown) => {
         if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-        return this.call(args);
+        return this.call(script, args);
       })
       .catch((error: unknown) => {
         throw callError(error);
@@ -330,8 +371,8 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
   }
 
   /** One script call; a client the module created watches for its reply (`OwnedConnection.track`). */
-  private call(args: (string | number)[]): Promise<unknown> {
-    const call = this.script(...args);
+  private call(script: LuaScript, args: (string | number)[]): Promise<unknown> {
+    const call = this.scripts.get(script)!(...args);
     this.connection?.track(call);
     return call;
   }

@@ -1,21 +1,25 @@
-import type { ReservationMark, ReserveOptions, TakeResult } from '../bucket-store.interface.js';
-import { type BucketRequest, type PenaltyReport, penaltyCostOf } from '../token-bucket.js';
-import type { TokenBucketMode } from './token-bucket.script.js';
-import { RateLimitError } from '../../errors/rate-limit.errors.js';
+import type { ReservationMark, ReserveOptions, TakeResult } from '../../bucket-store.interface.js';
+import { type BucketRequest, type PenaltyReport, penaltyCostOf } from '../../token-bucket.js';
+import { RateLimitError } from '../../../errors/rate-limit.errors.js';
+import { DECIDE_SCRIPT, GIVE_BACK_SCRIPT, type LuaScript, RESERVE_SCRIPT } from './lua-scripts.js';
 
 /**
- * The token-bucket script's protocol, from the caller's side: the arguments of a decision (the
- * encoder) and the reply's codes (the decoder). The script's header comment (token-bucket.script.ts)
- * is the reference for both: one change of the protocol touches this folder only.
+ * The scripts' protocol, from the caller's side: the arguments of each operation (the encoders) and
+ * the replies' codes (the decoders). Each script's header (decide.lua, reserve.lua, give-back.lua) is
+ * the reference for its part, and test/redis/scripts checks the `--@argv` lines of each header against
+ * the encoders here: one change of the protocol touches this folder only.
  */
+
+/** What a decision does to its buckets: decide.lua's modes. */
+export type TokenBucketMode = 'take' | 'peek' | 'refund';
 
 /** What the script answers for one decision: the verdict, each bucket's tokens, and penalties still running. */
 export type ScriptResult = TakeResult & PenaltyReport;
 
-/** The mode bits of a decision's header. */
+/** The mode bits of a decision's header (decide.lua). */
 export const MODE_CODE: Record<TokenBucketMode, number> = { take: 0, peek: 1, refund: 2 };
 
-/** Adds one decision's header, keys and numbers to a call (see the script's header comment). */
+/** Adds one decision's header, keys and numbers to a call of decide.lua (see its header). */
 export function appendDecision(keys: string[], argv: (string | number)[], requests: readonly BucketRequest[], mode: TokenBucketMode): void {
   const penalty = hasPenalty(requests);
   argv.push(requests.length * 8 + (penalty ? 4 : 0) + MODE_CODE[mode]);
@@ -33,7 +37,7 @@ export function hasPenalty(requests: readonly BucketRequest[]): boolean {
   return false;
 }
 
-/** The tokens a code from the script carries (see its header comment): exact arithmetic on doubles. */
+/** The tokens a code from a script carries (include/code.lua): exact arithmetic on doubles. */
 export function decodeTokens(code: number): number {
   const v = (code % 2 !== 0 ? code - 1 : code) / 2;
   const biased = ((v % 128) + 128) % 128;
@@ -65,12 +69,7 @@ export interface ReserveMember {
   maxWaitMs: number;
 }
 
-/** The header of `n` reservations (acquire) of one bucket. */
-export function reserveHeader(n: number): number {
-  return n * 8 + 3;
-}
-
-/** Adds `members.length` reservations of `request`'s bucket, in order, as one decision (see the script's header comment). */
+/** Adds `members.length` reservations of `request`'s bucket, in order, as one batch of a call of reserve.lua (see its header). */
 export function appendReservations(
   keys: string[],
   argv: (string | number)[],
@@ -79,17 +78,14 @@ export function appendReservations(
   members: readonly ReserveMember[],
 ): void {
   keys.push(request.key);
-  argv.push(reserveHeader(members.length), request.capacity, request.refillPerSecond, boundMs);
+  argv.push(members.length, request.capacity, request.refillPerSecond, boundMs);
   for (const member of members) argv.push(member.cost, member.maxWaitMs);
 }
 
-/** The header of a give-back: the refund of one reservation, which it names. */
-export const GIVE_BACK_HEADER = 15;
-
-/** Adds the give-back of a reservation of `request.cost` that `mark` describes. */
+/** Adds the give-back of a reservation of `request.cost` that `mark` describes to a call of give-back.lua (see its header). */
 export function appendGiveBack(keys: string[], argv: (string | number)[], request: BucketRequest, mark: ReservationMark): void {
   keys.push(request.key);
-  argv.push(GIVE_BACK_HEADER, request.capacity, request.refillPerSecond, request.cost, mark.tokens, mark.nowMs);
+  argv.push(request.capacity, request.refillPerSecond, request.cost, mark.tokens, mark.nowMs);
 }
 
 /**
@@ -144,11 +140,18 @@ export function decodeOne(reply: unknown): ScriptResult {
   return { allowed: reply % 2 !== 0, tokens: [decodeTokens(reply)] };
 }
 
-/** One decision of a script call: buckets taken, peeked or refunded together; reservations of one bucket; or a give-back. */
+/** One decision of a script call: buckets taken, peeked or refunded together (decide.lua); reservations of one bucket (reserve.lua); or a give-back (give-back.lua). */
 export type ScriptDecision =
   | { kind: 'buckets'; requests: readonly BucketRequest[]; mode: TokenBucketMode }
   | { kind: 'reservations'; request: BucketRequest; boundMs: number; members: readonly ReserveMember[] }
   | { kind: 'giveBack'; request: BucketRequest; mark: ReservationMark };
+
+/** The script that decides each kind of decision. */
+export const SCRIPT_OF: Record<ScriptDecision['kind'], LuaScript> = {
+  buckets: DECIDE_SCRIPT,
+  reservations: RESERVE_SCRIPT,
+  giveBack: GIVE_BACK_SCRIPT,
+};
 
 /** What a decision of one bucket may add: it reserves (`acquire()`), or it gives a reservation back. */
 export interface DecisionExtra {
@@ -163,17 +166,37 @@ export interface StoreDecision {
   extra: DecisionExtra | undefined;
 }
 
+/** One script call of a turn: its script, its decisions in order, and per decision the positions of the results it answers. */
+export interface ScriptCall {
+  script: LuaScript;
+  decisions: ScriptDecision[];
+  owners: number[][];
+}
+
 /**
- * The script decisions of a call of `decisions`: the reservations of one bucket with the same numbers are
- * one batch (read and written once), at the place of the first, in their order; and per script decision,
- * the positions in `decisions` of the results it answers, in order.
+ * The script calls of `decisions`, in order: decisions in a row that one script decides share a call
+ * (a turn of takes is one call; a reservation between two takes makes three, so that each is still
+ * decided in the order it came). Within a call the reservations of one bucket with the same numbers are
+ * one batch (read and written once), at the place of the first, in their order.
  */
-export function groupDecisions(decisions: readonly StoreDecision[]): { script: ScriptDecision[]; owners: number[][] } {
-  const script: ScriptDecision[] = [];
-  const owners: number[][] = [];
-  const batches = new Map<string, { at: number; members: ReserveMember[] }>();
+export function groupDecisions(decisions: readonly StoreDecision[]): ScriptCall[] {
+  const calls: ScriptCall[] = [];
+  let current: ScriptCall | undefined;
+  let batches = new Map<string, { at: number; members: ReserveMember[] }>();
   decisions.forEach(({ requests, mode, extra }, i) => {
     const reserve = extra?.reserve;
+    const decision: ScriptDecision | undefined =
+      reserve !== undefined
+        ? undefined
+        : extra?.givesBack !== undefined
+          ? { kind: 'giveBack', request: requests[0], mark: extra.givesBack }
+          : { kind: 'buckets', requests, mode };
+    const script = reserve !== undefined ? RESERVE_SCRIPT : SCRIPT_OF[decision!.kind];
+    if (current === undefined || current.script !== script) {
+      current = { script, decisions: [], owners: [] };
+      calls.push(current);
+      batches = new Map();
+    }
     if (reserve !== undefined) {
       const request = requests[0];
       const id = `${request.capacity}/${request.refillPerSecond}/${reserve.boundMs}/${request.key}`;
@@ -181,23 +204,21 @@ export function groupDecisions(decisions: readonly StoreDecision[]): { script: S
       const member = { cost: request.cost, maxWaitMs: reserve.maxWaitMs };
       if (batch !== undefined) {
         batch.members.push(member);
-        owners[batch.at].push(i);
+        current.owners[batch.at].push(i);
         return;
       }
       const members = [member];
-      batches.set(id, { at: script.length, members });
-      script.push({ kind: 'reservations', request, boundMs: reserve.boundMs, members });
-    } else if (extra?.givesBack !== undefined) {
-      script.push({ kind: 'giveBack', request: requests[0], mark: extra.givesBack });
+      batches.set(id, { at: current.decisions.length, members });
+      current.decisions.push({ kind: 'reservations', request, boundMs: reserve.boundMs, members });
     } else {
-      script.push({ kind: 'buckets', requests, mode });
+      current.decisions.push(decision!);
     }
-    owners.push([i]);
+    current.owners.push([i]);
   });
-  return { script, owners };
+  return calls;
 }
 
-/** Adds one decision to a call. */
+/** Adds one decision to a call of its script. */
 export function appendScriptDecision(keys: string[], argv: (string | number)[], decision: ScriptDecision): void {
   if (decision.kind === 'buckets') appendDecision(keys, argv, decision.requests, decision.mode);
   else if (decision.kind === 'reservations') appendReservations(keys, argv, decision.request, decision.boundMs, decision.members);
@@ -205,11 +226,16 @@ export function appendScriptDecision(keys: string[], argv: (string | number)[], 
 }
 
 /**
- * The array reply of a call with several buckets or decisions: in order, one result per decision of
- * buckets or give-back, one per reservation of a batch; or the script's refusal of the decision, once
- * per result it stands for.
+ * The reply of a call of one script with `decisions`, in order: one result per decision of buckets or
+ * give-back, one per reservation of a batch; or the script's refusal of the decision, once per result it
+ * stands for. A call of one decision over one bucket without a penalty (or of one give-back) may be
+ * answered by one integer.
  */
 export function decodeMany(reply: unknown, decisions: readonly ScriptDecision[]): (ScriptResult | Error)[] {
+  if (typeof reply === 'number' && decisions.length === 1 && decisions[0].kind !== 'reservations') {
+    const only = decisions[0];
+    if (only.kind === 'giveBack' || (only.requests.length === 1 && !hasPenalty(only.requests))) return [decodeOne(reply)];
+  }
   if (!Array.isArray(reply))
     throw new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', `token-bucket script: expected an array, got ${JSON.stringify(reply)}`);
   const results: (ScriptResult | Error)[] = [];

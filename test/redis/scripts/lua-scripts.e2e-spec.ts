@@ -1,0 +1,213 @@
+import { spawnSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { RedisBucketStore } from 'nest-redis-rate-limit';
+import type { BucketRequest } from '../../../libs/rate-limit/src/stores/token-bucket.js';
+import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS, penaltyCostOf } from '../../../libs/rate-limit/src/stores/token-bucket.js';
+import { LUA_SCRIPTS } from '../../../libs/rate-limit/src/stores/redis/lua/lua-scripts.js';
+import { appendDecision, appendGiveBack, appendReservations } from '../../../libs/rate-limit/src/stores/redis/lua/script-codec.js';
+import { RedisServer, testPrefix } from '../../support/redis.js';
+
+/**
+ * Issue 34: the Redis scripts are `.lua` files, one per operation (libs/rate-limit/src/stores/redis/lua),
+ * assembled with their includes into one generated module. Their headers are the protocol's reference:
+ * the `--@argv` lines are checked here against the encoders the store calls; the assembled scripts pass
+ * luacheck with the Redis globals; the bounds in include/limits.lua are the TypeScript ones; and each
+ * script is loaded by name (EVALSHA) and again after SCRIPT FLUSH.
+ */
+
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+const LUA = join(ROOT, 'libs/rate-limit/src/stores/redis/lua');
+const BUILD = join(ROOT, 'libs/rate-limit/scripts/lua-build.mjs');
+
+function build(...args: string[]) {
+  return spawnSync(process.execPath, [BUILD, ...args], { encoding: 'utf8', cwd: ROOT });
+}
+
+/** The `--@argv <unit>: <names>` lines of a script's header, by unit. */
+function argvLines(script: string): Map<string, string[]> {
+  const lines = new Map<string, string[]>();
+  for (const match of readFileSync(join(LUA, `${script}.lua`), 'utf8').matchAll(/^--@argv ([^:]+): (.+)$/gm)) {
+    lines.set(match[1], match[2].trim().split(/\s+/));
+  }
+  return lines;
+}
+
+/** The arguments a unit's names stand for, from `values` (a name without a value fails the test). */
+function expected(names: readonly string[], values: Record<string, number>): number[] {
+  return names.map((name) => {
+    if (!(name in values)) throw new Error(`the header names '${name}', which the test's sample has no value for`);
+    return values[name];
+  });
+}
+
+describe('the Redis scripts as .lua files', () => {
+  it('has one file per operation, and the generated module is what they make', () => {
+    expect(
+      readdirSync(LUA)
+        .filter((file) => file.endsWith('.lua'))
+        .sort(),
+    ).toEqual(['decide.lua', 'give-back.lua', 'reserve.lua']);
+    expect(LUA_SCRIPTS.map((script) => script.name)).toEqual(['decide', 'reserve', 'give-back']);
+    const checked = build('--check');
+    expect(checked.stderr).toBe('');
+    expect(checked.status).toBe(0);
+    for (const script of LUA_SCRIPTS) {
+      expect(build('--print', script.name).stdout).toBe(script.lua);
+      // Every include was replaced; the header stayed.
+      expect(script.lua).not.toMatch(/--@include/);
+      expect(script.lua).toMatch(/^-- [a-z-]+\.lua: /);
+    }
+  });
+
+  it('passes luacheck with the Redis globals, and luacheck would see a mistake', () => {
+    const linted = build('--lint');
+    expect(linted.stderr).toBe('');
+    expect(linted.status).toBe(0);
+    // The same check on a script with an unused local and a global written by mistake.
+    const planted = `local unused = 1\nmistake = 2\n${LUA_SCRIPTS[0].lua}`;
+    const checked = spawnSync('luacheck', ['--config', join(ROOT, '.luacheckrc'), '--no-color', '--formatter', 'plain', '-'], {
+      input: planted,
+      encoding: 'utf8',
+    });
+    expect(checked.status).not.toBe(0);
+    expect(checked.stdout).toMatch(/unused variable 'unused'/);
+    expect(checked.stdout).toMatch(/setting non-standard global variable 'mistake'/);
+  });
+
+  it('bounds the numbers as the TypeScript arithmetic does (include/limits.lua)', () => {
+    const limits = readFileSync(join(LUA, 'include/limits.lua'), 'utf8');
+    const value = (name: string) => Number(new RegExp(`^local ${name} = (\\S+)$`, 'm').exec(limits)?.[1]);
+    expect(value('MAX_CAPACITY')).toBe(MAX_CAPACITY);
+    expect(value('MAX_WINDOW_SECONDS')).toBe(MAX_WINDOW_SECONDS);
+    expect(value('FUTURE_TOLERANCE_MS')).toBe(FUTURE_TOLERANCE_MS);
+  });
+
+  describe('headers against the encoders', () => {
+    const a: BucketRequest = { key: 'a', capacity: 101, refillPerSecond: 102, cost: 103 };
+    const b: BucketRequest = { key: 'b', capacity: 201, refillPerSecond: 202, cost: 203 };
+
+    it('decide.lua: a header per decision, then each bucket, with a penalty its two numbers more', () => {
+      const header = argvLines('decide');
+      expect([...header.keys()]).toEqual(['per decision', 'per bucket', 'per bucket with a penalty', 'last, optional']);
+      expect(header.get('last, optional')).toEqual(['now']);
+
+      const keys: string[] = [];
+      const argv: (string | number)[] = [];
+      appendDecision(keys, argv, [a, b], 'refund');
+      expect(keys).toEqual(['a', 'b']);
+      expect(argv).toEqual([
+        ...expected(header.get('per decision')!, { header: 2 * 8 + 2 }),
+        ...expected(header.get('per bucket')!, { capacity: 101, refillPerSecond: 102, cost: 103 }),
+        ...expected(header.get('per bucket')!, { capacity: 201, refillPerSecond: 202, cost: 203 }),
+      ]);
+
+      const punished = { ...a, blockSeconds: 7 };
+      const penalised: (string | number)[] = [];
+      appendDecision([], penalised, [punished, b], 'take');
+      expect(penalised).toEqual([
+        ...expected(header.get('per decision')!, { header: 2 * 8 + 4 }),
+        ...expected(header.get('per bucket with a penalty')!, {
+          capacity: 101,
+          refillPerSecond: 102,
+          cost: 103,
+          blockSeconds: 7,
+          penaltyCost: penaltyCostOf(punished),
+        }),
+        ...expected(header.get('per bucket with a penalty')!, {
+          capacity: 201,
+          refillPerSecond: 202,
+          cost: 203,
+          blockSeconds: 0,
+          penaltyCost: 203,
+        }),
+      ]);
+    });
+
+    it('reserve.lua: per batch its count and numbers, then a cost and a longest wait per reservation', () => {
+      const header = argvLines('reserve');
+      expect([...header.keys()]).toEqual(['per batch', 'per reservation', 'last, optional']);
+      const keys: string[] = [];
+      const argv: (string | number)[] = [];
+      appendReservations(keys, argv, a, 5_000, [
+        { cost: 3, maxWaitMs: 40 },
+        { cost: 4, maxWaitMs: 50 },
+      ]);
+      expect(keys).toEqual(['a']);
+      expect(argv).toEqual([
+        ...expected(header.get('per batch')!, { count: 2, capacity: 101, refillPerSecond: 102, longestWaitMs: 5_000 }),
+        ...expected(header.get('per reservation')!, { cost: 3, maxWaitMs: 40 }),
+        ...expected(header.get('per reservation')!, { cost: 4, maxWaitMs: 50 }),
+      ]);
+    });
+
+    it('give-back.lua: per give-back the numbers and the mark of the reservation', () => {
+      const header = argvLines('give-back');
+      expect([...header.keys()]).toEqual(['per give-back', 'last, optional']);
+      const keys: string[] = [];
+      const argv: (string | number)[] = [];
+      appendGiveBack(keys, argv, a, { tokens: -2.5, nowMs: 1_800_000_000_123 });
+      expect(keys).toEqual(['a']);
+      expect(argv).toEqual(
+        expected(header.get('per give-back')!, {
+          capacity: 101,
+          refillPerSecond: 102,
+          cost: 103,
+          markTokens: -2.5,
+          markMs: 1_800_000_000_123,
+        }),
+      );
+    });
+  });
+
+  describe('loaded by name', () => {
+    const prefix = testPrefix('lua-scripts');
+    let server: RedisServer;
+    let client: Redis;
+    let store: RedisBucketStore;
+
+    beforeAll(async () => {
+      // Its own server: SCRIPT FLUSH on the shared one would make other files' counts of EVAL wrong.
+      server = await RedisServer.start();
+      client = new Redis(server.url);
+      store = new RedisBucketStore(client, false);
+    });
+
+    afterAll(async () => {
+      client?.disconnect();
+      await server?.stop();
+    });
+
+    /** A take, a reservation that waits, and its give-back: one call of each script. */
+    async function eachScript(key: string) {
+      const request: BucketRequest = { key: `${prefix}${key}`, capacity: 2, refillPerSecond: 1, cost: 2 };
+      const took = await store.take([request]);
+      const reserved = await store.take([request], { reserve: { maxWaitMs: 5_000, boundMs: 5_000 } });
+      const gaveBack = await store.take([request], { refund: true, givesBack: { tokens: reserved.tokens[0], nowMs: reserved.nowMs! } });
+      return { took, reserved, gaveBack };
+    }
+
+    it('runs each script by its SHA, and loads each again after SCRIPT FLUSH', async () => {
+      const first = await eachScript('first');
+      expect(first.took).toEqual({ allowed: true, tokens: [0] });
+      expect(first.reserved.allowed).toBe(true);
+      expect(first.reserved.waitMs).toBeGreaterThan(1_500);
+      expect(first.reserved.tokens[0]).toBeLessThan(-1);
+      // The give-back returns the last reservation: the bucket is back near 0 (what it refilled meanwhile).
+      expect(first.gaveBack.allowed).toBe(true);
+      expect(first.gaveBack.tokens[0]).toBeGreaterThanOrEqual(0);
+      expect(first.gaveBack.tokens[0]).toBeLessThan(0.5);
+      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([1, 1, 1]);
+
+      await client.script('FLUSH');
+      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([0, 0, 0]);
+      const again = await eachScript('again');
+      expect(again.took).toEqual(first.took);
+      expect(again.reserved.allowed).toBe(true);
+      expect(again.gaveBack.tokens[0]).toBeLessThan(0.5);
+      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([1, 1, 1]);
+    });
+  });
+});
