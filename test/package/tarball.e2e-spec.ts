@@ -2,6 +2,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { FIXTURES, packTarball, ROOT, run, runOk, SETUP_TIMEOUT, STEP_TIMEOUT } from './support/consumer.js';
+import { LUA_SCRIPTS } from '../../libs/rate-limit/src/stores/redis/lua/lua-scripts.js';
 
 /** What `npm pack --workspace libs/rate-limit` puts in the tarball, and the contract in its package.json. */
 
@@ -96,6 +97,16 @@ describe('the packed tarball', () => {
       const checked = await run(process.execPath, [attw, tarball, '--no-color'], ROOT);
       const output = checked.stdout + checked.stderr;
       expect([checked.code, /No problems found/.test(output) ? 'no problems' : output]).toEqual([0, 'no problems']);
+    },
+    STEP_TIMEOUT,
+  );
+
+  it(
+    'carries each Redis script as code in the build (no .lua file is read at run time), the same text as the sources assemble',
+    async () => {
+      expect(files.filter((file) => file.endsWith('.lua'))).toEqual([]);
+      const built = await extract('dist/cjs/stores/redis/lua/lua-sources.generated.js');
+      for (const script of LUA_SCRIPTS) expect(built).toContain(JSON.stringify(script.lua));
     },
     STEP_TIMEOUT,
   );
