@@ -6,7 +6,7 @@ import autocannon from 'autocannon';
 import type { ChildProcess } from 'node:child_process';
 import type { Redis } from 'ioredis';
 import { fmt, HERE, progress, rotate, stopChild, track } from './processes.js';
-import { redisCpuSeconds, scanKeys } from './redis.js';
+import { commandStats, type CommandStats, redisCpuSeconds, scanKeys, scriptCost } from './redis.js';
 import type { BenchResults, HttpRun, HttpSummary } from './results.js';
 import { HTTP_FLOORS, HTTP_PATHS, type HttpPath, type HttpVariant, LIMITS, SETTINGS } from './settings.js';
 import { quantile, round, spreadOf } from './stats.js';
@@ -100,6 +100,16 @@ export function httpPlannedSeconds(): number {
   return 8 + measurements * (SETTINGS.httpWarmupSeconds + SETTINGS.httpSeconds + 0.3);
 }
 
+/** µs Redis spent in commands between two INFO commandstats readings, INFO itself left out (the bench's own). */
+function commandUsec(before: CommandStats, after: CommandStats): number {
+  let usec = 0;
+  for (const [name, a] of after) {
+    if (name === 'info') continue;
+    usec += a.usec - (before.get(name)?.usec ?? 0);
+  }
+  return usec;
+}
+
 export async function httpStep(redis: Redis, runPrefix: string, root: string): Promise<HttpStep> {
   const variants = [...new Set(Object.values(HTTP_PATHS).flat())];
   const t0 = Date.now();
@@ -130,9 +140,13 @@ export async function httpStep(redis: Redis, runPrefix: string, root: string): P
         const app = apps.get(variant)!.child;
         const appCpu0 = processCpuSeconds(app.pid);
         const redisCpu0 = await redisCpuSeconds(redis);
+        const stats0 = await commandStats(redis);
         const { result, p50Ms, p99Ms } = await load(url, SETTINGS.httpSeconds);
         const appCpu = processCpuSeconds(app.pid) - appCpu0;
         const redisCpu = (await redisCpuSeconds(redis)) - redisCpu0;
+        const stats1 = await commandStats(redis);
+        const commandUs = commandUsec(stats0, stats1);
+        const otherUs = commandUs - scriptCost(stats0, stats1).usec;
         const answered = result['2xx'] + result.non2xx;
         const run: HttpRun = {
           round: r + 1,
@@ -146,6 +160,8 @@ export async function httpStep(redis: Redis, runPrefix: string, root: string): P
           errors: result.errors + result.timeouts,
           appCpuUsPerRequest: round((appCpu * 1e6) / Math.max(1, answered), 1),
           redisCpuUsPerRequest: round((redisCpu * 1e6) / Math.max(1, answered), 1),
+          redisCommandUsPerRequest: round(commandUs / Math.max(1, answered), 2),
+          redisOtherCommandUsPerRequest: round(otherUs / Math.max(1, answered), 3),
           ratio: Number.NaN,
           ratioToFloor: Number.NaN,
           p99AddedMs: Number.NaN,
@@ -156,7 +172,8 @@ export async function httpStep(redis: Redis, runPrefix: string, root: string): P
           `http ${runs.length}/${total}`,
           `round ${r + 1} ${path} ${variant}: ${fmt(run.requestsPerSecond)} req/s, p50 ${run.p50Ms.toFixed(2)} ms, p99 ${run.p99Ms.toFixed(2)} ms, ` +
             `${fmt(run.status2xx)} 2xx / ${fmt(run.statusNon2xx)} other${run.errors ? `, ${run.errors} errors` : ''}; ` +
-            `CPU per request: app ${run.appCpuUsPerRequest} µs, Redis ${run.redisCpuUsPerRequest} µs`,
+            `CPU per request: app ${run.appCpuUsPerRequest} µs, Redis ${run.redisCpuUsPerRequest} µs ` +
+            `(commands ${run.redisCommandUsPerRequest} µs, not scripts ${run.redisOtherCommandUsPerRequest} µs)`,
           Date.now() - t,
           perRun,
         );
@@ -199,6 +216,8 @@ function summarize(runs: readonly HttpRun[]): BenchResults['http']['summary'] {
         share2xx: round(mine.reduce((n, run) => n + run.status2xx, 0) / Math.max(1, answered), 4),
         appCpuUsPerRequest: of('appCpuUsPerRequest', 1),
         redisCpuUsPerRequest: of('redisCpuUsPerRequest', 1),
+        redisCommandUsPerRequest: of('redisCommandUsPerRequest', 2),
+        redisOtherCommandUsPerRequest: of('redisOtherCommandUsPerRequest', 3),
       };
       summary[path][variant] = s;
     }

@@ -99,6 +99,8 @@ export function renderReport(results: BenchResults, chartFile: string): string {
         num(h.share2xx, 3),
         withSpread(h.appCpuUsPerRequest, 1),
         withSpread(h.redisCpuUsPerRequest, 1),
+        h.redisCommandUsPerRequest ? withSpread(h.redisCommandUsPerRequest, 2) : '—',
+        h.redisOtherCommandUsPerRequest ? withSpread(h.redisOtherCommandUsPerRequest, 3) : '—',
       ]);
     }
   }
@@ -116,8 +118,10 @@ export function renderReport(results: BenchResults, chartFile: string): string {
         '2xx share',
         'app CPU µs/req',
         'Redis CPU µs/req',
+        'Redis commands µs/req',
+        'of which not scripts',
       ],
-      ['---', '---', '---:', '---:', '---:', '---:', '---:', '---:', '---:', '---:', '---:'],
+      ['---', '---', '---:', '---:', '---:', '---:', '---:', '---:', '---:', '---:', '---:', '---:', '---:'],
       httpRows,
     ),
   );

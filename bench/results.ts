@@ -59,6 +59,13 @@ export interface HttpRun {
   appCpuUsPerRequest: number;
   /** Redis main-thread CPU per answered request (INFO cpu). */
   redisCpuUsPerRequest: number;
+  /**
+   * Time Redis spent running commands per answered request (INFO commandstats, all commands but INFO):
+   * steadier than INFO cpu on a busy machine, as it leaves out the event loop and the sockets.
+   */
+  redisCommandUsPerRequest: number;
+  /** The same for the commands that are not scripts (EVALSHA, EVAL...): a limiter's other traffic, such as the operations flush. */
+  redisOtherCommandUsPerRequest: number;
   /** requests/s over the same round's "no limiter" requests/s. */
   ratio: number;
   /** requests/s over the same round's floor (minimal guard / throw-only guard) requests/s. */
@@ -79,6 +86,8 @@ export interface HttpSummary {
   share2xx: number;
   appCpuUsPerRequest: Spread;
   redisCpuUsPerRequest: Spread;
+  redisCommandUsPerRequest: Spread;
+  redisOtherCommandUsPerRequest: Spread;
 }
 
 export interface DecisionRun {
