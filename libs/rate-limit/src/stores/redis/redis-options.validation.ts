@@ -15,7 +15,7 @@ const ACCEPTED = 'a redis:// or rediss:// URL string, ioredis RedisOptions or a 
  * `SentinelConnectionOptions` (built/connectors/SentinelConnector/index.d.ts) and
  * `StandaloneConnectionOptions` (built/connectors/StandaloneConnector.d.ts: net's port, host, family,
  * path, plus tls and disconnectTimeout). Keys that only later versions read are in `LATER_KEYS`.
- * redis-options.validation.spec.ts reads the installed ioredis' files and its `Redis.defaultOptions`
+ * test/redis/connection/redis-options-validation.e2e-spec.ts reads the installed ioredis' files and its `Redis.defaultOptions`
  * and fails when this list and they differ.
  */
 export const REDIS_OPTION_KEYS: ReadonlySet<string> = new Set([
