@@ -30,10 +30,6 @@ export class RateLimitInterceptor implements NestInterceptor, OnModuleInit {
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>> {
     this.limiter ??= findRouteLimiter(this.moduleRef, 'RateLimitInterceptor');
-    const limiter = this.limiter;
-    const decided = limiter.afterGuards(context);
-    return decided === undefined
-      ? limiter.afterHandler(context, next.handle())
-      : decided.then(() => limiter.afterHandler(context, next.handle()));
+    return this.limiter.aroundHandler(context, next);
   }
 }

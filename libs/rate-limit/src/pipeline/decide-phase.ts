@@ -15,9 +15,6 @@ import type { RequestVerdicts } from './verdict.js';
 
 /** One phase's policies, decided: what is skipped, whose buckets, with which numbers, and the store's verdict. */
 export class PhaseDecider {
-  /** Per-policy work beyond the plain path: skips, allow-listed identities, per-request numbers, shadow mode. */
-  private readonly plainPolicies = new WeakMap<readonly CompiledPolicy[], boolean>();
-
   constructor(
     private readonly options: ResolvedRateLimitOptions,
     private readonly hooks: HookAnswers,
@@ -32,7 +29,8 @@ export class PhaseDecider {
   /**
    * Decides one phase's policies: skips what `skipIf` and the allow-list exempt, computes per-request
    * numbers, and asks the store once for the enforced policies and once (at the same time) for the
-   * shadow ones. `offset` is the phase's first position in `plan.order`.
+   * shadow ones. `offset` is the phase's first position in `plan.order`; `plainPhase`, whether the
+   * policies take the plain path (`RoutePlan.plainBefore` / `plainAfter`, decided with the plan).
    */
   async decide(
     context: ExecutionContext,
@@ -40,6 +38,7 @@ export class PhaseDecider {
     request: any,
     policies: readonly CompiledPolicy[],
     offset: number,
+    plainPhase: boolean,
   ): Promise<PhaseTake> {
     const { plan, hooks } = state;
     if (policies.length === 0) return NOTHING;
@@ -47,7 +46,7 @@ export class PhaseDecider {
     // Overrides and blocks in force: one property read while there are none.
     const control: ControlState | undefined = this.live.control.active ? this.live.control : undefined;
     const counts = this.live.counts;
-    const plain = control === undefined && this.isPlain(policies);
+    const plain = control === undefined && plainPhase;
     const enforced = newDecided();
     let shadow: Decided | undefined;
     const enforcedIds: string[] | undefined = counts !== undefined ? [] : undefined;
@@ -140,17 +139,6 @@ export class PhaseDecider {
     const counts = this.live.counts;
     if (counts !== undefined) record(counts, all, [...(enforcedIds ?? []), ...(shadowIds ?? [])]);
     return { enforced: all, shadow: undefined };
-  }
-
-  /** Whether a phase's policies take the plain path: no skips, no per-request numbers, no shadow, no allow-listed identities. */
-  private isPlain(policies: readonly CompiledPolicy[]): boolean {
-    let plain = this.plainPolicies.get(policies);
-    if (plain === undefined) {
-      const lists = this.options.allowList.users.size > 0 || this.options.allowList.apiKeys.size > 0;
-      plain = !lists && policies.every((p) => p.skipIf === undefined && p.dynamic === undefined && p.enforce);
-      this.plainPolicies.set(policies, plain);
-    }
-    return plain;
   }
 }
 

@@ -1,4 +1,4 @@
-import { type ExecutionContext, Inject, Injectable } from '@nestjs/common';
+import { type CallHandler, type ExecutionContext, Inject, Injectable } from '@nestjs/common';
 import { ApplicationConfig, HttpAdapterHost, ModuleRef } from '@nestjs/core';
 import type { Observable } from 'rxjs';
 import { BucketService } from '../bucket/bucket.service.js';
@@ -73,7 +73,7 @@ export class RouteLimiter {
     // One logger for the app's hooks that fail (skipIf, keys, keyBy functions, refundOn): throttled together.
     const logger = new ThrottledLogger('RateLimit');
     const hooks = new HookAnswers(options.timeoutMs, logger);
-    this.warnings = new SetupWarnings(registry, config, options);
+    this.warnings = new SetupWarnings(config, options);
     this.addresses = new ClientAddresses(() => moduleRef.get(HttpAdapterHost, { strict: false }));
     this.numbers = new PolicyNumbers(moduleRef, hooks.deadlines, options.resolverCacheMs, (key, message) =>
       this.warnings.once(key, message),
@@ -86,64 +86,81 @@ export class RouteLimiter {
     this.defaultHooks = { ...this.identities.defaults, throwRateLimitException: this.refusals.throwRateLimited };
   }
 
-  /** Phase 1, in `RateLimitGuard`. `owner` is the guard instance: a second guard on the same request decides nothing. */
+  /**
+   * Phase 1, in `RateLimitGuard`. `owner` is the guard instance: a second guard on the same request decides nothing.
+   * The route's plan first (an unlimited route stops there), then the call; the set-up warnings only where
+   * the call may have one to say, each a bit of the plan once said.
+   */
   beforeGuards(context: ExecutionContext, hooks: RequestHooks, owner: object): boolean | Promise<boolean> {
-    const call = limitedCall(context, this.addresses);
-    if (call === undefined) return this.warnings.undecided(context);
     const plan = this.registry.planFor(context.getClass(), context.getHandler());
     if (plan === null) return true;
+    const call = limitedCall(context, this.addresses);
+    if (call === undefined) return this.warnings.undecided(context, plan);
     const existing: RequestState | undefined = call.carrier[RATE_LIMIT_VERDICT];
     if (existing !== undefined) {
       if (existing.owner !== owner) this.warnings.guardRanTwice(plan, existing.owner, owner);
       return true;
     }
+    if (call.response === undefined) this.warnings.noResponse(call, plan);
     const state = newState(plan, hooks, owner, call.kind);
     call.carrier[RATE_LIMIT_VERDICT] = state;
-    if (call.response === undefined) this.warnings.noResponse(call, plan);
     if (this.identities.isExempt(state, call.request)) return true;
     if (plan.beforeGuards.length === 0) return true;
     return this.decideBefore(context, state, call.request, call.response).then(() => true);
   }
 
-  /** Phase 2, in `RateLimitInterceptor`, before the handler runs. Undefined when there is nothing to wait for. */
-  afterGuards(context: ExecutionContext): Promise<void> | undefined {
+  /**
+   * `RateLimitInterceptor`: phase 2 before the handler runs, then the refunds by outcome after it. The
+   * call is read once for both.
+   */
+  aroundHandler(context: ExecutionContext, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>> {
     const call = limitedCall(context, this.addresses);
-    if (call === undefined) {
-      this.warnings.undecided(context);
-      return undefined;
-    }
-    const plan = this.registry.planFor(context.getClass(), context.getHandler());
-    if (plan === null) return undefined;
-    const state: RequestState | undefined = call.carrier[RATE_LIMIT_VERDICT];
-    if (state === undefined) return this.guardReplaced ? undefined : this.withoutGuard(context, plan, call);
-    if (state.settled) return undefined;
-    state.settled = true;
-    if (state.exempt) return undefined;
-    return this.decideAfter(context, state, call.request, call.response);
+    const decided = this.afterGuards(context, call);
+    return decided === undefined ? this.afterHandler(call, next.handle()) : decided.then(() => this.afterHandler(call, next.handle()));
   }
 
   /**
-   * After the handler, in `RateLimitInterceptor`: gives back the tokens of policies whose `refundOn`
-   * matches the outcome, before the response is sent, and updates its headers. `stream` unchanged when
-   * nothing on the request can be refunded.
+   * Phase 2, before the handler runs. Undefined when there is nothing to wait for. When the guard
+   * decided phase 1, its state holds the route's plan: the plan is looked up only when no guard ran.
    */
-  afterHandler(context: ExecutionContext, stream: Observable<unknown>): Observable<unknown> {
-    const call = limitedCall(context, this.addresses);
+  private afterGuards(context: ExecutionContext, call: LimitedCall | undefined): Promise<void> | undefined {
+    const state: RequestState | undefined = call?.carrier[RATE_LIMIT_VERDICT];
+    if (state !== undefined) {
+      if (state.settled) return undefined;
+      state.settled = true;
+      if (state.exempt) return undefined;
+      return this.decideAfter(context, state, call!.request, call!.response);
+    }
+    const plan = this.registry.planFor(context.getClass(), context.getHandler());
+    if (plan === null) return undefined;
+    if (call === undefined) {
+      this.warnings.undecided(context, plan);
+      return undefined;
+    }
+    if (this.guardReplaced) return undefined;
+    // No RateLimitGuard ran. WebSocket and microservice handlers have the interceptor of their own (the
+    // global guard may not reach them: connectMicroservice() without inheritAppConfig); nothing to warn about.
+    if (plan.beforeGuards.length > 0 && (call.kind === 'http' || call.kind === 'graphql')) this.warnings.noGuard(plan);
+    if (call.response === undefined) this.warnings.noResponse(call, plan);
+    return this.withoutGuard(context, plan, call);
+  }
+
+  /**
+   * After the handler: gives back the tokens of policies whose `refundOn` matches the outcome, before
+   * the response is sent, and updates its headers. `stream` unchanged when nothing on the request can be refunded.
+   */
+  private afterHandler(call: LimitedCall | undefined, stream: Observable<unknown>): Observable<unknown> {
     if (call === undefined) return stream;
     const state: RequestState | undefined = call.carrier[RATE_LIMIT_VERDICT];
     if (state === undefined || !state.plan.refunds || state.refunded) return stream;
     return this.refunds.byOutcome(state, call, stream);
   }
 
-  /** No `RateLimitGuard` ran (`guard: false` and none placed on this route): both phases here, and say so once. */
+  /** No `RateLimitGuard` ran (`guard: false` and none placed on this route): both phases here (`afterGuards` said so, once). */
   private async withoutGuard(context: ExecutionContext, plan: RoutePlan, call: LimitedCall): Promise<void> {
     const { request, response } = call;
-    // WebSocket and microservice handlers have the interceptor of their own (the global guard may not
-    // reach them: connectMicroservice() without inheritAppConfig); nothing to warn about.
-    if (plan.beforeGuards.length > 0 && (call.kind === 'http' || call.kind === 'graphql')) this.warnings.noGuard(plan);
     const state = newState(plan, this.defaultHooks, undefined, call.kind);
     call.carrier[RATE_LIMIT_VERDICT] = state;
-    if (response === undefined) this.warnings.noResponse(call, plan);
     if (this.identities.isExempt(state, request)) return;
     if (plan.beforeGuards.length > 0) await this.decideBefore(context, state, request, response);
     if (state.settled) return;
@@ -153,7 +170,7 @@ export class RouteLimiter {
 
   private async decideBefore(context: ExecutionContext, state: RequestState, request: any, response: unknown): Promise<void> {
     const { plan } = state;
-    const take = await this.phase.decide(context, state, request, plan.beforeGuards, 0);
+    const take = await this.phase.decide(context, state, request, plan.beforeGuards, 0, plan.plainBefore);
     state.before = take;
     this.verdicts.publish(state, take, undefined, context);
     const verdict = take.enforced?.verdict;
@@ -170,7 +187,7 @@ export class RouteLimiter {
     const first = state.before?.enforced;
     let take: PhaseTake;
     try {
-      take = await this.phase.decide(context, state, request, plan.afterGuards, plan.beforeGuards.length);
+      take = await this.phase.decide(context, state, request, plan.afterGuards, plan.beforeGuards.length, plan.plainAfter);
     } catch (error) {
       // A 400 for a cost, a 500 for numbers nobody can compute: the request is refused, so phase 1 takes
       // nothing either, its shadow policies included (enforced, they would have been given back too).

@@ -26,11 +26,25 @@ export interface RoutePlan {
   order: readonly number[];
   /** A policy has `refundOn`: the interceptor looks at the outcome. */
   refunds: boolean;
+  /**
+   * Each phase's policies take the plain path: no `skipIf`, no per-request numbers, no shadow policy,
+   * and no allow-listed users or API keys to look for. Decided with the plan, not per request.
+   */
+  plainBefore: boolean;
+  plainAfter: boolean;
+  /**
+   * The set-up warnings already said about this route (bits that the pipeline's `SetupWarnings` sets):
+   * a later request tests this number, and builds no warning.
+   */
+  said: number;
 }
 
-function toPlan(route: string, policies: CompiledPolicy[]): RoutePlan {
+/** `lists`: `allowList.users` or `allowList.apiKeys` has an entry, which each identity must be looked up in. */
+function toPlan(route: string, policies: CompiledPolicy[], lists: boolean): RoutePlan {
   const before = policies.filter((p) => p.phase === 'before-guards');
   const after = policies.filter((p) => p.phase === 'after-guards');
+  const plain = (phase: readonly CompiledPolicy[]) =>
+    !lists && phase.every((p) => p.skipIf === undefined && p.dynamic === undefined && p.enforce);
   return {
     route,
     policies,
@@ -38,6 +52,9 @@ function toPlan(route: string, policies: CompiledPolicy[]): RoutePlan {
     afterGuards: after,
     order: [...before, ...after].map((p) => policies.indexOf(p)),
     refunds: policies.some((p) => p.refundOn !== undefined),
+    plainBefore: plain(before),
+    plainAfter: plain(after),
+    said: 0,
   };
 }
 
@@ -191,7 +208,8 @@ export class PolicyRegistry {
       compiled = compiled.filter((p) => !skipped.has(p.scope));
       if (compiled.length === 0) return null;
     }
-    return toPlan(route, compiled);
+    const { users, apiKeys } = this.options.allowList;
+    return toPlan(route, compiled, users.size > 0 || apiKeys.size > 0);
   }
 
   private compile(chosen: readonly RateLimitPolicy[], route: string, defaults: boolean): CompiledPolicy[] {
