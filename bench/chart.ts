@@ -6,8 +6,9 @@ import {
   HTTP_FLOORS,
   HTTP_PATHS,
   HTTP_PEERS,
+  type DecisionLimiter,
   type HttpPath,
-  type LimiterName,
+  limiterLabel,
   type PromiseLimiter,
   SHORT_LABELS,
 } from './settings.js';
@@ -50,7 +51,7 @@ function escape(text: string): string {
 
 function colorOf(name: string): string {
   if (name === 'ours') return COLORS.ours;
-  if (name.startsWith('ours-')) return COLORS.oursVariant;
+  if (name.startsWith('ours-') || name.startsWith('ours@')) return COLORS.oursVariant;
   if (name === 'none') return COLORS.none;
   if (name === 'reference' || name === 'minimal-guard' || name === 'throw-only' || name === 'throw-later') return COLORS.floor;
   return COLORS.other;
@@ -208,13 +209,13 @@ export function renderChart(results: BenchResults): string {
     );
   }
 
-  const decisions = Object.entries(results.decisions.summary) as [LimiterName, DecisionSummary][];
+  const decisions = Object.entries(results.decisions.summary) as [DecisionLimiter, DecisionSummary][];
   if (decisions.length > 0) {
     const d = results.decisions.summary;
     const bestPeerOf = (pick: (x: DecisionSummary) => number) => Math.max(...DECISION_PEERS.map((p) => (d[p] ? pick(d[p]!) : -Infinity)));
 
     const rateRows = decisions.map(([name, x]) => ({
-      label: SHORT_LABELS[name],
+      label: limiterLabel(name, true),
       value: x.decisionsPerSecond.median,
       spread: x.decisionsPerSecond,
       text: `${spreadText(x.decisionsPerSecond)}/s · ${num(x.ratioToReference.median, 3)} of the reference`,
@@ -240,7 +241,7 @@ export function renderChart(results: BenchResults): string {
     );
 
     const cpuRows = decisions.map(([name, x]) => ({
-      label: SHORT_LABELS[name],
+      label: limiterLabel(name, true),
       value: x.decisionsPerCpuSecond.median,
       spread: x.decisionsPerCpuSecond,
       text: `${spreadText(x.decisionsPerCpuSecond)} · ${num(x.redisCpuUsPerDecision.median, 2)} µs each`,
@@ -267,7 +268,7 @@ export function renderChart(results: BenchResults): string {
     // Per decision: usec_per_call × calls per decision (the same as usec_per_call with one bucket per call),
     // so that ours with coalescing (several buckets per call) sits on the same scale.
     const scriptRows = decisions.map(([name, x]) => ({
-      label: SHORT_LABELS[name],
+      label: limiterLabel(name, true),
       value: x.scriptUsecPerDecision.median,
       spread: x.scriptUsecPerDecision,
       text: `${spreadText(x.scriptUsecPerDecision, 2)} µs · usec_per_call ${num(x.scriptUsecPerCall.median, 2)} (${x.scriptCommand}), ${num(x.scriptCallsPerDecision.median, 3)} calls per decision`,
@@ -292,7 +293,7 @@ export function renderChart(results: BenchResults): string {
     );
 
     const memRows = decisions.map(([name, x]) => ({
-      label: SHORT_LABELS[name],
+      label: limiterLabel(name, true),
       value: x.bytesPerIdleBucket,
       text: `${num(x.bytesPerIdleBucket)} B in ${num(x.keysPerIdleBucket, 1)} key(s)`,
       color: colorOf(name),

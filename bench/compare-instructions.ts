@@ -1,8 +1,9 @@
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { HERE } from './processes.js';
 import type { InstructionsResult } from './instructions-step.js';
+import { preparePackage, ROOT } from './library-builds.js';
+import { HERE } from './processes.js';
 
 /**
  * Compares instructions per request of two builds of the library, measured by this tree's bench on
@@ -11,8 +12,9 @@ import type { InstructionsResult } from './instructions-step.js';
  * Each side is one of:
  * - `.`: this tree's libs/rate-limit as built by bench:build (uncommitted changes included);
  * - a git commit or branch: its libs/rate-limit (and root tsconfig.json) taken with `git archive` into
- *   .bench-tmp/instructions/tree-<sha>/ and built there with its own `npm run build` (BENCH_COMPARE_FILES,
- *   space-separated, names what to take if its build needs more; BENCH_COMPARE_LIBRARY the package dir);
+ *   .bench-tmp/trees/<sha>/ and built there with its own `npm run build` (BENCH_COMPARE_FILES,
+ *   space-separated, names what to take if its build needs more; BENCH_COMPARE_LIBRARY the package dir;
+ *   see library-builds.ts, which the decisions step's BENCH_BASELINE shares);
  * - a directory holding a built package (package.json + dist/);
  * - an instructions JSON written earlier (bench/results/*-instructions.json): not measured again.
  *   Only meaningful from the same machine, Node and valgrind.
@@ -23,34 +25,13 @@ import type { InstructionsResult } from './instructions-step.js';
  * BENCH_COMPARE_LIMIT percent (2) above the baseline.
  */
 
-const ROOT = resolve(HERE, '../..');
 const LIMIT = Number(process.env.BENCH_COMPARE_LIMIT ?? 2);
-/** What a commit's build needs, taken with git archive (BENCH_COMPARE_FILES, space-separated), and where the package is. */
-const FILES = (process.env.BENCH_COMPARE_FILES ?? 'libs/rate-limit tsconfig.json').split(' ').filter(Boolean);
-const LIBRARY = process.env.BENCH_COMPARE_LIBRARY ?? 'libs/rate-limit';
 
-function git(...args: string[]): string {
-  return execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' }).trim();
-}
-
-/** A built package directory for `side`, and its label. */
+/** A built package directory for `side`, or an instructions JSON written earlier; and its label. */
 function prepare(side: string): { dir?: string; json?: string; label: string } {
   if (side.endsWith('.json')) return { json: resolve(side), label: side };
-  // Through BENCH_LIBRARY_DIR too, so that both sides load the library the same way (a copy under .bench-tmp).
-  if (side === '.') return { dir: join(ROOT, 'libs', 'rate-limit'), label: `${git('rev-parse', '--short', 'HEAD')}-tree` };
-  if (existsSync(join(side, 'package.json'))) return { dir: resolve(side), label: side.replace(/[^\w.-]+/g, '_') };
-  const sha = git('rev-parse', '--short', `${side}^{commit}`);
-  const tree = join(ROOT, '.bench-tmp', 'instructions', `tree-${sha}`);
-  rmSync(tree, { recursive: true, force: true });
-  mkdirSync(tree, { recursive: true });
-  // Only the library and the tsconfig it extends; its build resolves node_modules from this tree.
-  const archive = execFileSync('git', ['archive', sha, ...FILES], { cwd: ROOT, maxBuffer: 1 << 28 });
-  execFileSync('tar', ['-x', '-C', tree], { input: archive });
-  const library = join(tree, LIBRARY);
-  console.log(`compare: building ${side} (${sha}) in ${library}`);
-  const built = spawnSync('npm', ['run', 'build'], { cwd: library, stdio: 'inherit' });
-  if (built.status !== 0) throw new Error(`build of ${side} failed`);
-  return { dir: library, label: sha };
+  // Through BENCH_LIBRARY_DIR for `.` too, so that both sides load the library the same way (a copy under .bench-tmp).
+  return preparePackage(side);
 }
 
 function measure(side: string): InstructionsResult {

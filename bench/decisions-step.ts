@@ -1,27 +1,52 @@
 import type { Redis } from 'ioredis';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { LatencyReply, RunReply, WorkerMessage } from './decisions-worker.js';
+import { benchBeside, preparePackage, ROOT } from './library-builds.js';
 import { limiterPrefix } from './limiters.js';
 import { fmt, forkWorker, nextMessage, progress, rotate } from './processes.js';
 import { commandStats, redisCpuSeconds, scanKeys, scriptCost } from './redis.js';
 import type { BenchResults, DecisionRun, DecisionSummary } from './results.js';
-import { DECISION_FLOOR, LIMITERS, type LimiterName, SETTINGS } from './settings.js';
+import { BASELINE, DECISION_FLOOR, DECISION_LIMITERS, type DecisionLimiter, SETTINGS } from './settings.js';
 import { round, spreadOf } from './stats.js';
 
 /**
  * The decisions step: one worker process per limiter, no HTTP. Per round and limiter: decisions/s at
  * `inFlight` calls, Redis CPU per decision (INFO cpu) and the script's cost (INFO commandstats) over
  * exactly the measured part, then the latency of a lone call. Then MEMORY USAGE of idle buckets.
+ *
+ * BENCH_BASELINE=<commit | package dir> adds `ours@<sha>`: the worker of `ours`, started from a copy
+ * of the bench beside that build of the library (library-builds.ts; a commit is built first), so that
+ * it creates ours exactly as `ours` is created, from the baseline's package. It runs right after `ours`
+ * in every round's rotated order.
  */
 
 interface Worker {
-  name: LimiterName;
+  name: DecisionLimiter;
   child: ReturnType<typeof forkWorker>;
 }
 
+/** About how long a commit's library takes to build (BENCH_BASELINE) on a shared 2-core machine. */
+const BASELINE_BUILD_SECONDS = 40;
+
 export function decisionsPlannedSeconds(): number {
   const perRun = SETTINGS.decisionWarmupSeconds + SETTINGS.decisionSeconds + SETTINGS.latencySeconds + 0.3;
-  return 5 + SETTINGS.decisionRounds * LIMITERS.length * perRun + 2;
+  const limiters = DECISION_LIMITERS.length + (BASELINE ? 1 : 0);
+  return 5 + (BASELINE ? BASELINE_BUILD_SECONDS : 0) + SETTINGS.decisionRounds * limiters * perRun + 2;
+}
+
+/** The limiters' workers, in the order of round 1: DECISION_LIMITERS, and the baseline's right after ours. */
+function workerPlan(): { name: DecisionLimiter; limiter: string; dir?: string }[] {
+  const plan: { name: DecisionLimiter; limiter: string; dir?: string }[] = DECISION_LIMITERS.map((name) => ({ name, limiter: name }));
+  if (BASELINE === undefined) return plan;
+  const t = Date.now();
+  const built = preparePackage(BASELINE);
+  const dir = benchBeside(built.dir, join(ROOT, '.bench-tmp', 'decisions', 'baseline'));
+  const baseline = { name: `ours@${built.label}` as const, limiter: 'ours', dir };
+  const after = plan.findIndex((p) => p.name === 'ours');
+  plan.splice(after + 1, 0, baseline);
+  progress('decisions', `BENCH_BASELINE=${BASELINE}: ${baseline.name} from ${built.dir}`, Date.now() - t, BASELINE_BUILD_SECONDS);
+  return plan;
 }
 
 /** Redis' own CPU rate when the bench does nothing (only on a shared server: it is subtracted). */
@@ -76,10 +101,11 @@ async function measure(worker: Worker, redis: Redis, roundNo: number, sharedRedi
 }
 
 export async function decisionsStep(redis: Redis, runPrefix: string, sharedRedis: boolean): Promise<BenchResults['decisions']> {
+  const plan = workerPlan();
   const t0 = Date.now();
   const workers: Worker[] = [];
-  for (const name of LIMITERS) {
-    const child = forkWorker('decisions-worker.js', [name, limiterPrefix(`${runPrefix}dec:`, name)]);
+  for (const { name, limiter, dir } of plan) {
+    const child = forkWorker('decisions-worker.js', [limiter, limiterPrefix(`${runPrefix}dec:`, name)], dir);
     workers.push({ name, child });
     await nextMessage(child, `${name} ready`);
   }
@@ -113,7 +139,7 @@ export async function decisionsStep(redis: Redis, runPrefix: string, sharedRedis
   }
 
   const t1 = Date.now();
-  const memory: Partial<Record<LimiterName, { bytes: number; keys: number }>> = {};
+  const memory = new Map<DecisionLimiter, { bytes: number; keys: number }>();
   for (const worker of workers) {
     worker.child.send({ cmd: 'memory', count: SETTINGS.memoryBuckets } satisfies WorkerMessage);
     await nextMessage(worker.child, 'memory done');
@@ -121,11 +147,11 @@ export async function decisionsStep(redis: Redis, runPrefix: string, sharedRedis
     const pipeline = redis.pipeline();
     for (const key of keys) pipeline.call('MEMORY', 'USAGE', key, 'SAMPLES', '0');
     const sizes = ((await pipeline.exec()) ?? []).map(([, size]) => Number(size) || 0);
-    memory[worker.name] = { bytes: sizes.reduce((a, b) => a + b, 0), keys: keys.length };
+    memory.set(worker.name, { bytes: sizes.reduce((a, b) => a + b, 0), keys: keys.length });
   }
   progress(
     'memory',
-    `idle buckets: ${Object.entries(memory)
+    `idle buckets: ${[...memory]
       .map(([n, m]) => `${n} ${fmt(m.bytes / SETTINGS.memoryBuckets)} B in ${(m.keys / SETTINGS.memoryBuckets).toFixed(1)} key(s)`)
       .join(', ')}`,
     Date.now() - t1,
@@ -140,7 +166,7 @@ export async function decisionsStep(redis: Redis, runPrefix: string, sharedRedis
   );
 
   const summary: BenchResults['decisions']['summary'] = {};
-  for (const name of LIMITERS) {
+  for (const { name } of workers) {
     const mine = runs.filter((run) => run.limiter === name);
     if (mine.length === 0) continue;
     const of = (field: keyof DecisionRun, digits: number) =>
@@ -159,10 +185,11 @@ export async function decisionsStep(redis: Redis, runPrefix: string, sharedRedis
       scriptUsecPerDecision: of('scriptUsecPerDecision', 2),
       loneP50Us: of('loneP50Us', 1),
       loneP99Us: of('loneP99Us', 1),
-      bytesPerIdleBucket: round((memory[name]?.bytes ?? NaN) / SETTINGS.memoryBuckets, 1),
-      keysPerIdleBucket: round((memory[name]?.keys ?? NaN) / SETTINGS.memoryBuckets, 2),
+      bytesPerIdleBucket: round((memory.get(name)?.bytes ?? NaN) / SETTINGS.memoryBuckets, 1),
+      keysPerIdleBucket: round((memory.get(name)?.keys ?? NaN) / SETTINGS.memoryBuckets, 2),
     };
     summary[name] = s;
   }
-  return { runs, summary };
+  const baseline = plan.find((p) => p.dir !== undefined);
+  return baseline === undefined ? { runs, summary } : { runs, summary, baseline: { limiter: baseline.name, side: BASELINE! } };
 }

@@ -1,9 +1,10 @@
 import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { Agent, get } from 'node:http';
 import { join, relative, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { promisify } from 'node:util';
+import { benchBeside } from './library-builds.js';
 import { fmt, HERE, progress, stopChild, track } from './processes.js';
 import type { HttpPath, HttpVariant } from './settings.js';
 import { INSTRUCTIONS, LABELS } from './settings.js';
@@ -176,26 +177,12 @@ function lineReader(child: ChildProcess) {
     });
 }
 
-/** Where the apps' compiled files are: dist/bench, or a copy beside BENCH_LIBRARY_DIR's package. */
+/** Where the apps' compiled files are: dist/bench, or a copy beside BENCH_LIBRARY_DIR's package (`benchBeside`). */
 function appDir(root: string): { dir: string; library: string } {
   const libraryDir = process.env.BENCH_LIBRARY_DIR;
   if (!libraryDir) return { dir: HERE, library: 'libs/rate-limit (this tree)' };
   const source = resolve(libraryDir);
-  if (!existsSync(join(source, 'package.json')) || !existsSync(join(source, 'dist'))) {
-    throw new Error(`BENCH_LIBRARY_DIR=${libraryDir}: expected a built package (package.json and dist/); run its build first`);
-  }
-  const base = join(root, '.bench-tmp', 'instructions', 'library');
-  rmSync(base, { recursive: true, force: true });
-  const target = join(base, 'node_modules', 'nest-redis-rate-limit');
-  mkdirSync(target, { recursive: true });
-  cpSync(join(source, 'package.json'), join(target, 'package.json'));
-  // dereference: a copy, never a link (Node would resolve a link's dependencies from where it points).
-  cpSync(join(source, 'dist'), join(target, 'dist'), { recursive: true, dereference: true });
-  const dir = join(base, 'bench');
-  mkdirSync(dir, { recursive: true });
-  for (const file of readdirSync(HERE)) if (file.endsWith('.js')) cpSync(join(HERE, file), join(dir, file));
-  // The bench's package scope: ESM, as in the tree.
-  writeFileSync(join(base, 'package.json'), '{ "type": "module", "private": true }\n');
+  const dir = benchBeside(source, join(root, '.bench-tmp', 'instructions', 'library'));
   return { dir, library: relative(root, source) || source };
 }
 

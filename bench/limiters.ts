@@ -6,7 +6,7 @@ import { Redis } from 'ioredis';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { BucketService, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { REFERENCE_LUA } from './reference-script.js';
-import type { LimiterName, Limits } from './settings.js';
+import type { DecisionLimiter, LimiterName, Limits } from './settings.js';
 
 /** One limiter seen from outside: take one unit for `key`, allowed or not. */
 export interface BenchLimiter {
@@ -26,9 +26,12 @@ const TAGS: Record<LimiterName, string> = {
   'nestjs-throttler': 'thrt',
 };
 
+/** The tag of the baseline's ours (`ours@<sha>`, BENCH_BASELINE): the same length as the others. */
+const BASELINE_TAG = 'base';
+
 /** The key prefix each limiter writes under, inside the run's own prefix (same length for all). */
-export function limiterPrefix(runPrefix: string, name: LimiterName): string {
-  return `${runPrefix}${TAGS[name]}:`;
+export function limiterPrefix(runPrefix: string, name: DecisionLimiter): string {
+  return `${runPrefix}${name.startsWith('ours@') ? BASELINE_TAG : TAGS[name as LimiterName]}:`;
 }
 
 /**

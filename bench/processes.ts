@@ -27,9 +27,12 @@ export async function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'S
   clearTimeout(timer);
 }
 
-/** A worker script of dist/bench, with IPC; it inherits the environment (BENCH_REDIS_URL). */
-export function forkWorker(file: string, args: string[]): ChildProcess {
-  return track(fork(join(HERE, file), args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+/**
+ * A worker script of dist/bench (or of `dir`: a copy of the bench beside another build of the library,
+ * library-builds.ts), with IPC; it inherits the environment (BENCH_REDIS_URL).
+ */
+export function forkWorker(file: string, args: string[], dir = HERE): ChildProcess {
+  return track(fork(join(dir, file), args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
 }
 
 export function nextMessage<T>(child: ChildProcess, what: string, timeoutMs = 60_000): Promise<T> {

@@ -2,7 +2,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { basename } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { BenchResults, DecisionSummary, PromiseResult } from './results.js';
-import { HTTP_FLOORS, HTTP_PATHS, LABELS, type LimiterName, type PromiseLimiter } from './settings.js';
+import { type DecisionLimiter, HTTP_FLOORS, HTTP_PATHS, LABELS, limiterLabel, type LimiterName, type PromiseLimiter } from './settings.js';
 import { renderInstructions } from './instructions-step.js';
 import { renderStarved } from './starved-step.js';
 import type { Spread } from './stats.js';
@@ -135,8 +135,8 @@ export function renderReport(results: BenchResults, chartFile: string): string {
       `several buckets) and µs per decision. "Lone call" is one decision at a time (no coalescing possible).`,
     '',
   );
-  const decisionRows = (Object.entries(results.decisions.summary) as [LimiterName, DecisionSummary][]).map(([name, d]) => [
-    LABELS[name],
+  const decisionRows = (Object.entries(results.decisions.summary) as [DecisionLimiter, DecisionSummary][]).map(([name, d]) => [
+    limiterLabel(name),
     withSpread(d.decisionsPerSecond),
     withSpread(d.ratioToReference, 3),
     withSpread(d.redisCpuUsPerDecision, 2),
@@ -242,7 +242,10 @@ export function renderReport(results: BenchResults, chartFile: string): string {
   if (results.starved) lines.push(renderStarved(results.starved));
 
   lines.push('## What each limiter does', '');
-  for (const [name, text] of Object.entries(results.algorithms)) lines.push(`- **${LABELS[name as LimiterName]}**: ${text}`);
+  for (const [name, text] of Object.entries(results.algorithms)) {
+    const label = name.startsWith('ours@') ? limiterLabel(name as DecisionLimiter) : LABELS[name as LimiterName];
+    lines.push(`- **${label}**: ${text}`);
+  }
   lines.push('');
   lines.push('## Method', '');
   for (const [name, text] of Object.entries(results.method)) lines.push(`- **${name}**: ${text}`);

@@ -1,7 +1,7 @@
 import type { ProbeStats } from './starved-probe.js';
 import type { StarvedAppStats } from './starved-app.js';
 import type { InstructionsResult } from './instructions-step.js';
-import type { HttpPath, HttpVariant, LimiterName, PromiseLimiter } from './settings.js';
+import type { DecisionLimiter, HttpPath, HttpVariant, PromiseLimiter } from './settings.js';
 import type { Spread, Verdict } from './stats.js';
 
 /** The shape of `bench/results/<date>.json`; chart.ts and report.ts render only from this. */
@@ -26,7 +26,7 @@ export interface BenchResults {
   settings: Record<string, number>;
   limits: Record<string, Record<string, number>>;
   /** What each limiter keeps in Redis and how it decides. */
-  algorithms: Partial<Record<HttpVariant | LimiterName, string>>;
+  algorithms: Partial<Record<HttpVariant | DecisionLimiter, string>>;
   method: Record<string, string>;
   http: {
     runs: HttpRun[];
@@ -34,7 +34,9 @@ export interface BenchResults {
   };
   decisions: {
     runs: DecisionRun[];
-    summary: Partial<Record<LimiterName, DecisionSummary>>;
+    summary: Partial<Record<DecisionLimiter, DecisionSummary>>;
+    /** BENCH_BASELINE: the limiter `ours@<sha>` and the commit or package it was built from. */
+    baseline?: { limiter: DecisionLimiter; side: string };
   };
   promise: Partial<Record<PromiseLimiter, PromiseResult>>;
   /** The instructions step (callgrind), when the run had it; also written to <date>-instructions.json. */
@@ -92,7 +94,7 @@ export interface HttpSummary {
 
 export interface DecisionRun {
   round: number;
-  limiter: LimiterName;
+  limiter: DecisionLimiter;
   decisionsPerSecond: number;
   errors: number;
   /** Redis main-thread CPU (INFO cpu) per decision, µs. */

@@ -14,7 +14,7 @@ import { promisePlannedSeconds, promiseStep } from './promise-step.js';
 import { deleteKeys, type OwnRedis, startOwnRedis } from './redis.js';
 import { renderReport } from './report.js';
 import type { BenchResults } from './results.js';
-import { LIMITS, PROBE_LENGTH_MS, PROBE_OPEN_MS, SETTINGS } from './settings.js';
+import { BASELINE, LIMITS, PROBE_LENGTH_MS, PROBE_OPEN_MS, SETTINGS } from './settings.js';
 import { renderStarved, starvedPlannedSeconds, starvedStep } from './starved-step.js';
 import { round } from './stats.js';
 import { targets } from './targets.js';
@@ -28,8 +28,10 @@ import { targets } from './targets.js';
  * BENCH_REDIS_URL. Set BENCH_REDIS_URL to use an existing server instead: keys then live under a prefix
  * of the run's own and are deleted at the end; nothing is ever flushed.
  *
- * BENCH_ONLY=http,decisions,promise runs a subset, BENCH_VARIANTS=ours,... only some HTTP variants; such
- * runs write <date>-partial.* (BENCH_OUT=<name> names the files). Durations: see settings.ts.
+ * BENCH_ONLY=http,decisions,promise runs a subset, BENCH_VARIANTS=ours,... only some HTTP variants and
+ * decision limiters (with "none" and the reference script); BENCH_BASELINE=<commit> adds ours built from
+ * that commit's library to the decisions step (`ours@<sha>`, see decisions-step.ts); such runs write
+ * <date>-partial.* (BENCH_OUT=<name> names the files). Durations: see settings.ts.
  *
  * BENCH_ONLY=starved (or a list with it) adds the starved step: our app with default options beside 16
  * busy loops (see starved-step.ts). Not in the default run: for about two minutes it keeps the machine
@@ -190,7 +192,15 @@ async function main(): Promise<void> {
         .map(([v, c]) => `${v}: ${c}`)
         .join('; ')}.`;
     }
-    if (ONLY.has('decisions')) results.decisions = await decisionsStep(redis, RUN_PREFIX, ownRedis === undefined);
+    if (ONLY.has('decisions')) {
+      results.decisions = await decisionsStep(redis, RUN_PREFIX, ownRedis === undefined);
+      const baseline = results.decisions.baseline;
+      if (baseline !== undefined) {
+        results.algorithms[baseline.limiter] =
+          `ours as above (BucketService.consume, created exactly as ours is), from the library of BENCH_BASELINE=${baseline.side}: ` +
+          'a commit is taken with git archive and built in .bench-tmp/trees/<sha>/, and the worker runs from a copy of the bench beside a copy of that package';
+      }
+    }
     if (ONLY.has('promise')) results.promise = await promiseStep(RUN_PREFIX);
     if (ONLY.has('acquire')) acquire = await acquireStep(redis, RUN_PREFIX);
     if (ONLY.has('failure-mode')) failureMode = await failureModeStep(RUN_PREFIX);
@@ -253,7 +263,7 @@ async function main(): Promise<void> {
   }
   results.targets = targets(results);
   // A subset run must not overwrite the day's full results.
-  const partial = !MAIN_STEPS.every((step) => ONLY.has(step)) || process.env.BENCH_VARIANTS !== undefined;
+  const partial = !MAIN_STEPS.every((step) => ONLY.has(step)) || process.env.BENCH_VARIANTS !== undefined || BASELINE !== undefined;
   const base = join(RESULTS_DIR, process.env.BENCH_OUT ?? `${results.date}${partial ? '-partial' : ''}`);
   writeFileSync(`${base}.json`, `${JSON.stringify(results, null, 2)}\n`);
   writeFileSync(`${base}.svg`, renderChart(results));

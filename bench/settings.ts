@@ -133,6 +133,26 @@ export const LIMITERS = ['ours', 'ours-no-coalesce', 'reference', 'rate-limiter-
 export type LimiterName = (typeof LIMITERS)[number];
 /** The floor of the decisions table: the cheapest correct script through a plain client. */
 export const DECISION_FLOOR: LimiterName = 'reference';
+/**
+ * BENCH_BASELINE=<commit, branch or built package dir>: the decisions step also measures `ours@<sha>`,
+ * ours created exactly as `ours` is but from that build of the library (bench/library-builds.ts builds a
+ * commit's in .bench-tmp/trees/<sha>/), in a worker of its own, rotated with the others in every round.
+ */
+export const BASELINE = process.env.BENCH_BASELINE || undefined;
+/** A limiter of the decisions step: one of LIMITERS, or ours from the baseline's library (`ours@<label>`). */
+export type DecisionLimiter = LimiterName | `ours@${string}`;
+/**
+ * The decisions step's limiters of LIMITERS: BENCH_VARIANTS keeps only those it names, and the reference
+ * script (the floor: every ratio of the step needs it). The baseline (BENCH_BASELINE) is added beside
+ * them whatever BENCH_VARIANTS says.
+ */
+export const DECISION_LIMITERS: readonly LimiterName[] = LIMITERS.filter((l) => !KEEP || KEEP.has(l) || l === DECISION_FLOOR);
+
+/** A decision limiter's label: LABELS / SHORT_LABELS, or for the baseline its library's commit. */
+export function limiterLabel(name: DecisionLimiter, short = false): string {
+  if (name.startsWith('ours@')) return short ? name : `ours (nest-redis-rate-limit) built from ${name.slice(5)} (BENCH_BASELINE)`;
+  return (short ? SHORT_LABELS : LABELS)[name as LimiterName];
+}
 /** The other libraries (peers) ours is compared with. */
 export const DECISION_PEERS = ['rate-limiter-flexible', 'nestjs-throttler'] as const satisfies readonly LimiterName[];
 /** Limiters whose promise is checked (the reference script is not a library). */

@@ -1,5 +1,5 @@
 import type { BenchResults, DecisionRun, HttpRun, Target } from './results.js';
-import { DECISION_PEERS, HTTP_PEERS, type HttpPath, type HttpVariant, type LimiterName, SHORT_LABELS } from './settings.js';
+import { type DecisionLimiter, DECISION_PEERS, HTTP_PEERS, type HttpPath, type HttpVariant, SHORT_LABELS } from './settings.js';
 import { judge, type Spread, spreadOf } from './stats.js';
 
 /**
@@ -18,6 +18,8 @@ export const GOALS = {
   bytesPerIdleBucket: 120,
   cpuEfficiencyToBestPeer: 1.5,
   loneP50AddedUs: 0,
+  /** Issue 34, item 2: ours' Redis CPU per decision within 5 % of the baseline's (BENCH_BASELINE), in the same run. */
+  toBaseline: 1.05,
 } as const;
 
 const f = (n: number, digits: number) =>
@@ -43,8 +45,8 @@ function httpPaired(
 /** Per round, `value(a, others)` of a limiter's run and other limiters' runs of the same round. */
 function decisionPaired(
   runs: readonly DecisionRun[],
-  a: LimiterName,
-  others: readonly LimiterName[],
+  a: DecisionLimiter,
+  others: readonly DecisionLimiter[],
   value: (a: DecisionRun, others: DecisionRun[]) => number,
 ): number[] {
   const out: number[] = [];
@@ -266,6 +268,35 @@ export function targets(results: BenchResults): Target[] {
         'atMost',
         GOALS.loneP50AddedUs,
         `${f(d.summary.ours.loneP50Us.median, 1)} µs vs ${f(d.summary['ours-no-coalesce'].loneP50Us.median, 1)} µs`,
+      ),
+    );
+  }
+  // Issue 34, item 2: ours against the baseline's library (BENCH_BASELINE), both measured in every round.
+  const baseline = d.baseline?.limiter;
+  const base = baseline !== undefined ? d.summary[baseline] : undefined;
+  if (baseline !== undefined && base && d.summary.ours) {
+    const ours = d.summary.ours;
+    list.push(
+      target(
+        '34.2',
+        `Redis CPU per decision (INFO cpu), ours vs ${baseline}`,
+        `≤ ${GOALS.toBaseline}× the baseline's`,
+        spreadOf(decisionPaired(dRuns, 'ours', [baseline], (a, [b]) => ratio(a.redisCpuUsPerDecision, b.redisCpuUsPerDecision))),
+        '×',
+        'atMost',
+        GOALS.toBaseline,
+        `${f(ours.redisCpuUsPerDecision.median, 2)} µs vs ${f(base.redisCpuUsPerDecision.median, 2)} µs`,
+      ),
+      target(
+        '34.2',
+        `script cost: usec_per_call (INFO commandstats), ours vs ${baseline}`,
+        `≤ ${GOALS.toBaseline}× the baseline's`,
+        spreadOf(decisionPaired(dRuns, 'ours', [baseline], (a, [b]) => ratio(a.scriptUsecPerCall, b.scriptUsecPerCall))),
+        '×',
+        'atMost',
+        GOALS.toBaseline,
+        `${f(ours.scriptUsecPerCall.median, 2)} µs vs ${f(base.scriptUsecPerCall.median, 2)} µs per call; ` +
+          `${f(ours.scriptCallsPerDecision.median, 3)} vs ${f(base.scriptCallsPerDecision.median, 3)} calls per decision`,
       ),
     );
   }
