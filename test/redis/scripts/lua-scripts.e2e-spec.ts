@@ -7,7 +7,12 @@ import { RedisBucketStore } from 'nest-redis-rate-limit';
 import type { BucketRequest } from '../../../libs/rate-limit/src/stores/token-bucket.js';
 import { FUTURE_TOLERANCE_MS, MAX_CAPACITY, MAX_WINDOW_SECONDS, penaltyCostOf } from '../../../libs/rate-limit/src/stores/token-bucket.js';
 import { LUA_SCRIPTS } from '../../../libs/rate-limit/src/stores/redis/lua/lua-scripts.js';
-import { appendDecision, appendGiveBack, appendReservations } from '../../../libs/rate-limit/src/stores/redis/lua/script-codec.js';
+import {
+  appendDecision,
+  appendGiveBack,
+  appendLease,
+  appendReservations,
+} from '../../../libs/rate-limit/src/stores/redis/lua/script-codec.js';
 import { RedisServer, testPrefix } from '../../support/redis.js';
 
 /**
@@ -49,8 +54,8 @@ describe('the Redis scripts as .lua files', () => {
       readdirSync(LUA)
         .filter((file) => file.endsWith('.lua'))
         .sort(),
-    ).toEqual(['decide.lua', 'give-back.lua', 'reserve.lua']);
-    expect(LUA_SCRIPTS.map((script) => script.name)).toEqual(['decide', 'reserve', 'give-back']);
+    ).toEqual(['decide.lua', 'give-back.lua', 'lease.lua', 'reserve.lua']);
+    expect(LUA_SCRIPTS.map((script) => script.name)).toEqual(['decide', 'reserve', 'give-back', 'lease']);
     const checked = build('--check');
     expect(checked.stderr).toBe('');
     expect(checked.status).toBe(0);
@@ -143,6 +148,19 @@ describe('the Redis scripts as .lua files', () => {
       ]);
     });
 
+    it("lease.lua: the bucket's numbers, the holder, what it keeps, gives back and asks for, and the life", () => {
+      const header = argvLines('lease');
+      expect([...header.keys()]).toEqual(['per call', 'last, optional']);
+      const keys: string[] = [];
+      const argv: (string | number)[] = [];
+      appendLease(keys, argv, a, { holder: 'instance-1', kept: 5, returned: 2, want: 30, lifeMs: 500 });
+      expect(keys).toEqual(['a']);
+      // The holder is text: the sample names it by a number the test maps back.
+      expect(argv.map((value) => (value === 'instance-1' ? -1 : value))).toEqual(
+        expected(header.get('per call')!, { capacity: 101, refillPerSecond: 102, holder: -1, kept: 5, returned: 2, want: 30, lifeMs: 500 }),
+      );
+    });
+
     it('give-back.lua: per give-back the numbers and the mark of the reservation', () => {
       const header = argvLines('give-back');
       expect([...header.keys()]).toEqual(['per give-back', 'last, optional']);
@@ -180,13 +198,17 @@ describe('the Redis scripts as .lua files', () => {
       await server?.stop();
     });
 
-    /** A take, a reservation that waits, and its give-back: one call of each script. */
+    /** A take, a reservation that waits, its give-back, and a lease: one call of each script. */
     async function eachScript(key: string) {
       const request: BucketRequest = { key: `${prefix}${key}`, capacity: 2, refillPerSecond: 1, cost: 2 };
       const took = await store.take([request]);
       const reserved = await store.take([request], { reserve: { maxWaitMs: 5_000, boundMs: 5_000 } });
       const gaveBack = await store.take([request], { refund: true, givesBack: { tokens: reserved.tokens[0], nowMs: reserved.nowMs! } });
-      return { took, reserved, gaveBack };
+      const leased = await store.lease(
+        { ...request, key: `${prefix}${key}-leased` },
+        { holder: 'h', kept: 0, returned: 0, want: 1, lifeMs: 100 },
+      );
+      return { took, reserved, gaveBack, leased };
     }
 
     it('runs each script by its SHA, and loads each again after SCRIPT FLUSH', async () => {
@@ -199,15 +221,17 @@ describe('the Redis scripts as .lua files', () => {
       expect(first.gaveBack.allowed).toBe(true);
       expect(first.gaveBack.tokens[0]).toBeGreaterThanOrEqual(0);
       expect(first.gaveBack.tokens[0]).toBeLessThan(0.5);
-      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([1, 1, 1]);
+      expect(first.leased).toEqual({ granted: 1, kept: 0, tokens: 1, penaltyMs: 0 });
+      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([1, 1, 1, 1]);
 
       await client.script('FLUSH');
-      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([0, 0, 0]);
+      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([0, 0, 0, 0]);
       const again = await eachScript('again');
       expect(again.took).toEqual(first.took);
       expect(again.reserved.allowed).toBe(true);
       expect(again.gaveBack.tokens[0]).toBeLessThan(0.5);
-      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([1, 1, 1]);
+      expect(again.leased).toEqual(first.leased);
+      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([1, 1, 1, 1]);
     });
   });
 });

@@ -9,17 +9,21 @@ import { ownedConnectionOf, type OwnedConnection } from './owned-connection.js';
 import { diagnosticsOf, type RedisDiagnostics } from './redis-diagnostics.js';
 import type { RedisClient } from './redis-options.validation.js';
 import { checkAtStartup, type StartupCheckSettings } from './redis-startup.check.js';
-import { DECIDE_SCRIPT, GIVE_BACK_SCRIPT, LUA_SCRIPTS, type LuaScript, RESERVE_SCRIPT } from './lua/lua-scripts.js';
+import { DECIDE_SCRIPT, GIVE_BACK_SCRIPT, LEASE_SCRIPT, LUA_SCRIPTS, type LuaScript, RESERVE_SCRIPT } from './lua/lua-scripts.js';
 import {
   appendGiveBack,
+  appendLease,
   appendReservations,
   appendScriptDecision,
   callError,
   type DecisionExtra,
   decodeMany,
   decodeOne,
+  decodeLease,
   decodeReserve,
   hasPenalty,
+  type LeaseAnswer,
+  type LeaseAsk,
   MODE_CODE,
   groupDecisions,
   type ScriptCall,
@@ -288,6 +292,22 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     return this.evaluate(reserve ? RESERVE_SCRIPT : GIVE_BACK_SCRIPT, [1, ...keys, ...argv]).then((reply) => {
       this.connection?.answered(1);
       return reserve ? decodeReserve(reply) : decodeOne(reply);
+    });
+  }
+
+  /**
+   * One call of lease.lua: gives back and keeps what `ask` says of this holder's live lease of
+   * `request`'s bucket, and leases up to `ask.want` more tokens (see the script's header). `now`: tests.
+   */
+  lease(request: BucketRequest, ask: LeaseAsk, now?: number): Promise<LeaseAnswer> {
+    if (this.diagnostics !== undefined && this.client.status !== 'ready') return Promise.reject(this.diagnostics.notConnected());
+    const keys: string[] = [];
+    const argv: (string | number)[] = [];
+    appendLease(keys, argv, request, ask);
+    if (now !== undefined) argv.push(now);
+    return this.evaluate(LEASE_SCRIPT, [1, ...keys, ...argv]).then((reply) => {
+      this.connection?.answered(1);
+      return decodeLease(reply);
     });
   }
 

@@ -48,13 +48,14 @@ if #KEYS == 1 and (nargs == 4 or nargs == 5) then
   --@include check-cost
   if (h == 8 or h == 9 or h == 10) and not why and now == now and now ~= HUGE and now ~= -HUGE then
     local key = KEYS[1]
-    local state = redis.pcall('HMGET', key, 'tokens', 'ts', 'b')
+    local state = redis.pcall('HMGET', key, 'tokens', 'ts', 'b', 'o')
     if state.err then return redis.error_reply('token-bucket: unusable key: bucket 1 (' .. key .. '): ' .. state.err) end
     local stop = state[3] and tonumber(state[3])
     local t = tonumber(state[1])
-    -- A penalty runs (set by a caller of this bucket with other numbers), or the tokens are below 0
-    -- (reservations of acquire(), a penalty's leftovers, or damage): the general path decides.
-    if not (stop and stop > now and stop ~= HUGE) and not (t and t < 0) then
+    -- A penalty runs (set by a caller of this bucket with other numbers), the tokens are below 0
+    -- (reservations of acquire(), a penalty's leftovers, or damage), or tokens are out on leases (the
+    -- room is less than the capacity): the general path decides.
+    if not (stop and stop > now and stop ~= HUGE) and not (t and t < 0) and not state[4] then
       local ts = tonumber(state[2])
       local exists = state[1] ~= false or state[2] ~= false
       local held = exists or state[3] ~= false
@@ -125,6 +126,7 @@ if not (now == now and now ~= HUGE and now ~= -HUGE) then
 end
 
 --@include bucket
+--@include settle
 --@include numbers
 
 -- What a take is told while a penalty runs: never more than leaves it its cost when the penalty ends
@@ -157,9 +159,9 @@ for _ = 1, decisions do
     -- One bucket: the same steps as below, in locals (no tables per decision).
     local key = KEYS[k0]
     local cap, rate, cost, block, least = numbers(1, k0, a0, penalty)
-    local t, ts, repaired, ends, held
+    local t, ts, repaired, ends, held, room
     if cap then
-      t, ts, repaired, ends, held = load(key, cap, rate, block)
+      t, ts, repaired, ends, held, room = load(key, cap, rate, block)
       if t == nil then rate = unusable(1, k0, ts) end
     end
     if not cap or t == nil then
@@ -170,7 +172,7 @@ for _ = 1, decisions do
       local allowed, running = mode == 2 or (t >= cost and not ends), ends
       -- A refund gives nothing back to a bucket below 0 by reservations: other callers' turns are set.
       local gives = allowed and not (mode == 2 and t < 0 and reserved(key, rate) > 0)
-      t, ends = settle(key, mode, gives, cap, rate, cost, mode == 2 and 0 or block, least, t, ts, repaired, ends, held)
+      t, ends = settle(key, mode, gives, cap, rate, cost, mode == 2 and 0 or block, least, t, ts, repaired, ends, held, room)
       r = r + 1
       reply[r] = code(allowed and t or shown(t, cost, rate, running), allowed)
       if penalty then
@@ -196,10 +198,10 @@ for _ = 1, decisions do
       end
       caps[i], rates[i], costs[i], blocks[i], leasts[i] = cap, rate, cost, block, least
     end
-    local tokens, stamps, repaired, ends, held = {}, {}, {}, {}, {}
+    local tokens, stamps, repaired, ends, held, rooms = {}, {}, {}, {}, {}, {}
     if not problem then
       for i = 1, n do
-        tokens[i], stamps[i], repaired[i], ends[i], held[i] = load(KEYS[k0 + i - 1], caps[i], rates[i], blocks[i])
+        tokens[i], stamps[i], repaired[i], ends[i], held[i], rooms[i] = load(KEYS[k0 + i - 1], caps[i], rates[i], blocks[i])
         if tokens[i] == nil then
           problem = unusable(i, k0 + i - 1, stamps[i])
           break
@@ -220,7 +222,7 @@ for _ = 1, decisions do
       for i = 1, n do
         running[i] = ends[i]
         local gives = allowed and not (mode == 2 and tokens[i] < 0 and reserved(KEYS[k0 + i - 1], rates[i]) > 0)
-        tokens[i], ends[i] = settle(KEYS[k0 + i - 1], mode, gives, caps[i], rates[i], costs[i], mode == 2 and 0 or blocks[i], leasts[i], tokens[i], stamps[i], repaired[i], ends[i], held[i])
+        tokens[i], ends[i] = settle(KEYS[k0 + i - 1], mode, gives, caps[i], rates[i], costs[i], mode == 2 and 0 or blocks[i], leasts[i], tokens[i], stamps[i], repaired[i], ends[i], held[i], rooms[i])
         r = r + 1
         reply[r] = code(allowed and tokens[i] or shown(tokens[i], costs[i], rates[i], running[i]), allowed)
       end

@@ -34,6 +34,7 @@ if not (now == now and now ~= HUGE and now ~= -HUGE) then
 end
 
 --@include bucket
+--@include settle
 --@include numbers
 
 -- Whether a give-back finds the reservation it returns still the last one of its bucket: no reservation
@@ -51,9 +52,9 @@ for k = 1, count do
   local a0 = 5 * (k - 1) + 1
   local key = KEYS[k]
   local cap, rate, cost = numbers(1, k, a0, false)
-  local t, ts, repaired, ends, held
+  local t, ts, repaired, ends, held, room
   if cap then
-    t, ts, repaired, ends, held = load(key, cap, rate, 0)
+    t, ts, repaired, ends, held, room = load(key, cap, rate, 0)
     if t == nil then rate = unusable(1, k, ts) end
   end
   if not cap or t == nil then
@@ -61,7 +62,7 @@ for k = 1, count do
     reply[k] = rate
   else
     local gives = not (t < 0 and reserved(key, rate) > 0 and not last(t, rate, tonumber(ARGV[a0 + 3]), tonumber(ARGV[a0 + 4])))
-    t = settle(key, 2, gives, cap, rate, cost, 0, 0, t, ts, repaired, ends, held)
+    t = settle(key, 2, gives, cap, rate, cost, 0, 0, t, ts, repaired, ends, held, room)
     reply[k] = code(t, true)
   end
 end

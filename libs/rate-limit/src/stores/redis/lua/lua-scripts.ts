@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { DECIDE_LUA, GIVE_BACK_LUA, RESERVE_LUA } from './lua-sources.generated.js';
+import { DECIDE_LUA, GIVE_BACK_LUA, LEASE_LUA, RESERVE_LUA } from './lua-sources.generated.js';
 
 /**
  * The Redis scripts, one per operation, each written in a `.lua` file beside this one (its header says
@@ -30,4 +30,7 @@ export const RESERVE_SCRIPT = script('reserve', RESERVE_LUA);
 /** The give-back of a reservation (give-back.lua). */
 export const GIVE_BACK_SCRIPT = script('give-back', GIVE_BACK_LUA);
 
-export const LUA_SCRIPTS: readonly LuaScript[] = [DECIDE_SCRIPT, RESERVE_SCRIPT, GIVE_BACK_SCRIPT];
+/** A batch of tokens leased to one app instance, and what it gives back (lease.lua). */
+export const LEASE_SCRIPT = script('lease', LEASE_LUA);
+
+export const LUA_SCRIPTS: readonly LuaScript[] = [DECIDE_SCRIPT, RESERVE_SCRIPT, GIVE_BACK_SCRIPT, LEASE_SCRIPT];

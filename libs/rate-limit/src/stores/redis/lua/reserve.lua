@@ -50,6 +50,7 @@ if not (now == now and now ~= HUGE and now ~= -HUGE) then
 end
 
 --@include bucket
+--@include settle
 
 -- The numbers of a batch of n reservations of one bucket (key k, arguments from a): capacity, refill,
 -- the longest wait any call may have (ms), the costs and the calls' longest waits; or nil and why they
@@ -84,9 +85,9 @@ for k = 1, batches do
   at = at + 4 + 2 * n
   local key = KEYS[k]
   local cap, rate, bound, costs, mosts = reserveNumbers(k, a0, n)
-  local t, ts, repaired, ends, held
+  local t, ts, repaired, ends, held, room
   if cap then
-    t, ts, repaired, ends, held = load(key, cap, rate, 0)
+    t, ts, repaired, ends, held, room = load(key, cap, rate, 0)
     if t == nil then rate = unusable(1, k, ts) end
   end
   if not cap or t == nil then
@@ -110,7 +111,7 @@ for k = 1, batches do
       r = r + 1
       reply[r] = wait
     end
-    settle(key, 0, any, cap, rate, 0, 0, 0, t, ts, repaired, ends, held)
+    settle(key, 0, any, cap, rate, 0, 0, 0, t, ts, repaired, ends, held, room)
     if any and t < 0 then
       -- What tells these reservations from damage, for every caller: the longest wait (ms, read by older
       -- versions) and the depth it allows at this refill (tokens), each kept at the largest seen.

@@ -281,3 +281,37 @@ export function decodeMany(reply: unknown, decisions: readonly ScriptDecision[])
     throw new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', `token-bucket script: expected ${at} values, got ${reply.length}`);
   return results;
 }
+
+/** A lease call's numbers (lease.lua): what the holder keeps and gives back of its live lease, and asks for. */
+export interface LeaseAsk {
+  /** The app instance's id, 1 to 64 characters. */
+  holder: string;
+  kept: number;
+  returned: number;
+  want: number;
+  lifeMs: number;
+}
+
+/** What a lease call answers: the tokens granted, those of the lease the holder keeps, the bucket's tokens after, a penalty's ms. */
+export interface LeaseAnswer {
+  granted: number;
+  kept: number;
+  tokens: number;
+  penaltyMs: number;
+}
+
+/** The keys and arguments of a call of lease.lua (see its header). */
+export function appendLease(keys: string[], argv: (string | number)[], request: BucketRequest, ask: LeaseAsk): void {
+  keys.push(request.key);
+  argv.push(request.capacity, request.refillPerSecond, ask.holder, ask.kept, ask.returned, ask.want, ask.lifeMs);
+}
+
+export function decodeLease(reply: unknown): LeaseAnswer {
+  if (!Array.isArray(reply) || reply.length !== 4 || !reply.every((value) => typeof value === 'number' && Number.isSafeInteger(value)))
+    throw new RateLimitError(
+      'ERR_RATE_LIMIT_STORE_CONTRACT',
+      `lease script: expected [granted, kept, code, penalty], got ${JSON.stringify(reply)}`,
+    );
+  const [granted, kept, code, penaltyMs] = reply as number[];
+  return { granted, kept, tokens: decodeTokens(code), penaltyMs };
+}

@@ -49,12 +49,54 @@ local function reserved(key, rate)
   return least
 end
 
+-- Leases (lease.lua): per holder a field `l:<holder>` = "<count>:<end ms>"; `o` the sum of the live
+-- ones and `oe` the earliest end. A lease that ended no longer counts (its tokens were spent or are
+-- lost). `load` leaves in these locals what it found of the last bucket it read: the tokens out on live
+-- leases, the earliest end of one, and the fields of leases that ended.
+local leased, leasedEnd, endedLeases = 0, false, {}
+
+-- The count and end of a lease field, or nil when it is not one.
+local function parseLease(value)
+  local c, e = string.match(value, '^(%d+):(%d+)$')
+  if not c then return nil end
+  return tonumber(c), tonumber(e)
+end
+
+-- Counts the live leases of a bucket whose stored sum may include an ended one (now >= oe).
+local function recount(key)
+  leased, leasedEnd, endedLeases = 0, false, {}
+  local all = call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, 2) == 'l:' then
+      local c, e = parseLease(all[i + 1])
+      if c and e > now then
+        leased = leased + c
+        if not leasedEnd or e < leasedEnd then leasedEnd = e end
+      else
+        endedLeases[#endedLeases + 1] = f
+      end
+    end
+  end
+end
+
 -- A bucket as it stands now: tokens (refilled, capped), stamp, whether its state was repaired, when its
--- penalty ends (false: none runs), and whether the key exists at all (held); or nil and
+-- penalty ends (false: none runs), whether the key exists at all (held), and its room: the capacity
+-- less the tokens out on live leases, which its tokens never exceed (refunds included); or nil and
 -- Redis' error when the key holds another type (HMGET in redis.pcall: that decision fails, not the call).
 local function load(key, cap, rate, block)
-  local state = redis.pcall('HMGET', key, 'tokens', 'ts', 'b')
+  local state = redis.pcall('HMGET', key, 'tokens', 'ts', 'b', 'o', 'oe')
   if state.err then return nil, state.err end
+  leased, leasedEnd, endedLeases = 0, false, {}
+  if state[4] then
+    local o, oe = tonumber(state[4]), tonumber(state[5])
+    if o and oe and now < oe then
+      leased, leasedEnd = o, oe
+    else
+      recount(key)
+    end
+  end
+  local room = cap - leased
   local e = tonumber(state[3])
   local ends = e ~= nil and e == e and e ~= HUGE and e > now and e
   local t, ts = tonumber(state[1]), tonumber(state[2])
@@ -77,57 +119,8 @@ local function load(key, cap, rate, block)
     end
     --@include refill
   end
-  if t > cap then t = cap end
-  return t, ts, repaired, ends, exists or state[3] ~= false
-end
-
--- Writes what a decision did to one bucket (mode 0 take, 1 peek: nothing, 2 refund); answers its tokens
--- and penalty end afterwards. The TTL is the longer of the idle TTL 2 * B / R and the time it takes to
--- fill from below 0, and never ends a running penalty early.
-local nowText, lastTtl, lastTtlText
-local function settle(key, mode, allowed, cap, rate, cost, block, least, t, ts, repaired, ends, held)
-  if mode == 1 then return t, ends end
-  local penalise = false
-  if allowed then
-    if mode == 2 then
-      t = t + cost
-      if t > cap then t = cap end
-    else
-      t = t - cost
-    end
-  elseif block > 0 and t < cost and not ends then
-    penalise = true
-    if least < t then t = least end
-    ends = now + block * 1000
-  end
-  local write = penalise or allowed or repaired
-  if not write and not (held and call('PTTL', key) == -1) then return t, ends end
-  local ttl = ceil(2 * cap / rate * 1000)
-  if t < 0 then
-    local fill = ceil((cap - t) / rate * 1000)
-    if fill > ttl then ttl = fill end
-  end
-  if ends and ends - now > ttl then
-    ttl = ceil(ends - now)
-    if ttl > 2 * MAX_WINDOW_SECONDS * 1000 then ttl = 2 * MAX_WINDOW_SECONDS * 1000 end
-  end
-  -- Decisions of one call share now, and mostly their policy: each number is printed once per call.
-  if ts == now then
-    if nowText == nil then nowText = now % 1 == 0 and format('%d', now) end
-    if nowText then ts = nowText end
-  end
-  if ttl ~= lastTtl then
-    lastTtl, lastTtlText = ttl, format('%d', ttl)
-  end
-  if penalise then
-    call('HSET', key, 'tokens', t, 'ts', ts, 'b', ends)
-  elseif write then
-    call('HSET', key, 'tokens', t, 'ts', ts)
-  end
-  if not held or (call('PEXPIRE', key, lastTtlText, 'GT') == 0 and call('PTTL', key) == -1) then
-    call('PEXPIRE', key, lastTtlText)
-  end
-  return t, ends
+  if t > room then t = room end
+  return t, ts, repaired, ends, exists or state[3] ~= false, room
 end
 
 local function code(t, allowed)
