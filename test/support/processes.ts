@@ -1,5 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync, renameSync, statSync, utimesSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { Agent, request as httpRequest } from 'node:http';
 import { createRequire } from 'node:module';
@@ -38,25 +39,70 @@ function run(command: string, args: string[]): Promise<void> {
 export interface WorkerBuild {
   /** The compiled entry point. */
   entry: string;
-  /** Deletes the build. */
+  /** Lets go of the build: a cached one (see buildWorkerApp) stays for the next file and run. */
   remove(): Promise<void>;
 }
 
+/** What the worker build is made of: its sources, the library's, the compiler options and the installed versions. */
+const BUILD_INPUTS = ['libs/rate-limit/src', 'test/support/worker-app', 'tsconfig.json', 'package-lock.json'];
+/** Cached builds nobody used for this long are deleted when a new one is made. */
+const STALE_BUILD_MS = 24 * 3600_000;
+
+/** A hash of every file in BUILD_INPUTS (paths and contents): the same hash, the same emitted files. */
+function buildInputsHash(): string {
+  const hash = createHash('sha256');
+  const add = (path: string) => {
+    if (statSync(join(ROOT, path)).isDirectory()) {
+      for (const name of readdirSync(join(ROOT, path)).sort()) add(join(path, name));
+    } else {
+      hash
+        .update(`${path}\0`)
+        .update(readFileSync(join(ROOT, path)))
+        .update('\0');
+    }
+  };
+  for (const input of BUILD_INPUTS) add(input);
+  return hash.digest('hex').slice(0, 16);
+}
+
 /**
- * Compiles the worker app with the library sources into `dist/test-workers/<random>/` (git-ignored;
- * inside the repo so that bare imports resolve from its node_modules). A directory per call: test
- * files running in parallel never write each other's files, and nothing depends on an earlier build.
+ * Compiles the worker app with the library sources into `dist/test-workers/<hash>/` (git-ignored;
+ * inside the repo so that bare imports resolve from its node_modules), the hash that of its inputs
+ * (BUILD_INPUTS): clock-skew and multi-process, and every later run until a source changes, share one
+ * build. It is written to a directory of its own and renamed into place when complete, so a build
+ * running at the same time (a parallel test file) never writes into one in use; the loser of such a
+ * race uses the winner's. `remove()` keeps the cached build; builds unused for a day are deleted.
  * `--noCheck`: emit only, the same files as with the type-check (the decorator metadata included), in
  * about a third of the CPU time (4 s instead of 12 on two cores); `npm run typecheck` checks these
  * sources with the rest of test/.
  */
 export async function buildWorkerApp(): Promise<WorkerBuild> {
-  const outDir = join(ROOT, 'dist', 'test-workers', randomUUID().slice(0, 8));
-  await run(process.execPath, [TSC, '-p', WORKER_TSCONFIG, '--noCheck', '--outDir', outDir]);
-  return {
-    entry: join(outDir, 'test/support/worker-app/main.js'),
-    remove: () => rm(outDir, { recursive: true, force: true }),
-  };
+  const parent = join(ROOT, 'dist', 'test-workers');
+  const outDir = join(parent, `cache-${buildInputsHash()}`);
+  const entry = join(outDir, 'test/support/worker-app/main.js');
+  const kept = { entry, remove: async () => undefined };
+  if (existsSync(entry)) {
+    const now = new Date();
+    utimesSync(outDir, now, now);
+    return kept;
+  }
+  const building = join(parent, randomUUID().slice(0, 8));
+  try {
+    await run(process.execPath, [TSC, '-p', WORKER_TSCONFIG, '--noCheck', '--outDir', building]);
+    renameSync(building, outDir);
+  } catch (error) {
+    if (!existsSync(entry)) throw error;
+    // Another build of the same sources was renamed into place first.
+  } finally {
+    await rm(building, { recursive: true, force: true });
+  }
+  for (const name of readdirSync(parent)) {
+    const dir = join(parent, name);
+    if (dir !== outDir && name.startsWith('cache-') && Date.now() - statSync(dir).mtimeMs > STALE_BUILD_MS) {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+  return kept;
 }
 
 export interface WorkerOptions {

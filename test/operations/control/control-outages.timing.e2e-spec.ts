@@ -11,6 +11,10 @@ import { RedisServer, testPrefix } from '../../support/redis.js';
  * Cluster. While Redis is away an instance keeps what it last read (and its health says so); once Redis
  * is back, it takes what Redis holds (a restart without persistence: nothing) and new changes apply
  * within 2 s again. On a Cluster the operator's keys share one slot: one call per instance, one node.
+ *
+ * The two tests run at once (`it.concurrent`): each has servers and apps of its own, and each spends its
+ * time waiting for the periodic call (a restart, a sync, a Cluster forming), so together they take about
+ * as long as the longer one. No hook runs before them (jest starts concurrent tests before beforeAll).
  */
 @Controller()
 class ItemsController {
@@ -54,31 +58,35 @@ describe('live changes through a Redis restart', () => {
     await server?.stop();
   });
 
-  it('keeps the blocks it read while Redis is away, drops them when Redis comes back empty, and applies new ones', async () => {
-    server = await RedisServer.start();
-    const options = { redis: server.url, keyPrefix: testPrefix('ops-restart') };
-    const a = await createApp(appModule(options), 'express', (app) => app.useLogger(false), { trustProxy: true });
-    const b = await createApp(appModule(options), 'express', (app) => app.useLogger(false), { trustProxy: true });
-    apps.push(a, b);
-    const ops = a.get(RateLimitInsights);
-    await ops.block({ target: 'ip:192.0.2.1', seconds: 300, reason: 'outage test', by: 'ops' });
-    await within(2_000, () => b.get(RateLimitHealth).status().operations?.blocks === 1);
-    expect(await blocked(b, '192.0.2.1')).toBe(true);
+  it.concurrent(
+    'keeps the blocks it read while Redis is away, drops them when Redis comes back empty, and applies new ones',
+    async () => {
+      server = await RedisServer.start();
+      const options = { redis: server.url, keyPrefix: testPrefix('ops-restart') };
+      const a = await createApp(appModule(options), 'express', (app) => app.useLogger(false), { trustProxy: true });
+      const b = await createApp(appModule(options), 'express', (app) => app.useLogger(false), { trustProxy: true });
+      apps.push(a, b);
+      const ops = a.get(RateLimitInsights);
+      await ops.block({ target: 'ip:192.0.2.1', seconds: 300, reason: 'outage test', by: 'ops' });
+      await within(2_000, () => b.get(RateLimitHealth).status().operations?.blocks === 1);
+      expect(await blocked(b, '192.0.2.1')).toBe(true);
 
-    await server.stop();
-    const health = b.get(RateLimitHealth);
-    await within(4_000, () => health.status().operations?.syncFailing === true);
-    // Still refused: the block is applied from memory, not from a call (failureMode decides the buckets).
-    expect(await blocked(b, '192.0.2.1')).toBe(true);
-    expect(health.status().operations).toMatchObject({ blocks: 1, syncFailing: true });
+      await server.stop();
+      const health = b.get(RateLimitHealth);
+      await within(4_000, () => health.status().operations?.syncFailing === true);
+      // Still refused: the block is applied from memory, not from a call (failureMode decides the buckets).
+      expect(await blocked(b, '192.0.2.1')).toBe(true);
+      expect(health.status().operations).toMatchObject({ blocks: 1, syncFailing: true });
 
-    await server.start();
-    // Redis came back without the keys (no persistence): what is in force is what it holds, nothing.
-    await within(6_000, async () => health.status().operations?.syncFailing === false && (await statusOf(b, '192.0.2.1')) === 200);
-    expect(health.status().operations).toMatchObject({ blocks: 0 });
-    await ops.block({ target: 'ip:192.0.2.2', seconds: 300, reason: 'after the restart', by: 'ops' });
-    await within(2_000, () => blocked(b, '192.0.2.2'));
-  }, 30_000);
+      await server.start();
+      // Redis came back without the keys (no persistence): what is in force is what it holds, nothing.
+      await within(6_000, async () => health.status().operations?.syncFailing === false && (await statusOf(b, '192.0.2.1')) === 200);
+      expect(health.status().operations).toMatchObject({ blocks: 0 });
+      await ops.block({ target: 'ip:192.0.2.2', seconds: 300, reason: 'after the restart', by: 'ops' });
+      await within(2_000, () => blocked(b, '192.0.2.2'));
+    },
+    30_000,
+  );
 });
 
 describe('live changes on a Redis Cluster', () => {
@@ -92,28 +100,32 @@ describe('live changes on a Redis Cluster', () => {
     await cluster?.stop();
   });
 
-  it('applies a block and an override made on one instance on the other within 2 s', async () => {
-    cluster = await LocalCluster.start(3);
-    const keyPrefix = testPrefix('ops-cluster');
-    const connect = () => {
-      const client = new Cluster(cluster.nodes, { enableOfflineQueue: false });
-      clients.push(client);
-      return client;
-    };
-    const [first, second] = [connect(), connect()];
-    await Promise.all([first, second].map((client) => new Promise((resolve) => client.once('ready', resolve))));
-    const a = await createApp(appModule({ redis: first, keyPrefix }), 'express', (app) => app.useLogger(false), { trustProxy: true });
-    const b = await createApp(appModule({ redis: second, keyPrefix }), 'express', (app) => app.useLogger(false), { trustProxy: true });
-    apps.push(a, b);
-    const ops = a.get(RateLimitInsights);
-    await ops.block({ target: 'ip:192.0.2.0/24', seconds: 60, reason: 'cluster', by: 'ops' });
-    let host = 0;
-    await within(2_000, () => blocked(b, `192.0.2.${++host}`));
-    await ops.setOverride({ scope: 'items', capacity: 7, reason: 'cluster', by: 'ops' });
-    await within(2_000, async () => (await b.get(RateLimitInsights).inspect('items', 'ip:198.51.100.1')).capacity === 7);
-    const res = await request(b.getHttpServer()).get('/items').set('x-forwarded-for', '198.51.100.1');
-    expect(res.status).toBe(200);
-    expect(res.headers['ratelimit-limit']).toBe('7');
-    expect(b.get(RateLimitHealth).status().operations).toMatchObject({ overrides: 1, blocks: 1, syncFailing: false });
-  }, 60_000);
+  it.concurrent(
+    'applies a block and an override made on one instance on the other within 2 s',
+    async () => {
+      cluster = await LocalCluster.start(3);
+      const keyPrefix = testPrefix('ops-cluster');
+      const connect = () => {
+        const client = new Cluster(cluster.nodes, { enableOfflineQueue: false });
+        clients.push(client);
+        return client;
+      };
+      const [first, second] = [connect(), connect()];
+      await Promise.all([first, second].map((client) => new Promise((resolve) => client.once('ready', resolve))));
+      const a = await createApp(appModule({ redis: first, keyPrefix }), 'express', (app) => app.useLogger(false), { trustProxy: true });
+      const b = await createApp(appModule({ redis: second, keyPrefix }), 'express', (app) => app.useLogger(false), { trustProxy: true });
+      apps.push(a, b);
+      const ops = a.get(RateLimitInsights);
+      await ops.block({ target: 'ip:192.0.2.0/24', seconds: 60, reason: 'cluster', by: 'ops' });
+      let host = 0;
+      await within(2_000, () => blocked(b, `192.0.2.${++host}`));
+      await ops.setOverride({ scope: 'items', capacity: 7, reason: 'cluster', by: 'ops' });
+      await within(2_000, async () => (await b.get(RateLimitInsights).inspect('items', 'ip:198.51.100.1')).capacity === 7);
+      const res = await request(b.getHttpServer()).get('/items').set('x-forwarded-for', '198.51.100.1');
+      expect(res.status).toBe(200);
+      expect(res.headers['ratelimit-limit']).toBe('7');
+      expect(b.get(RateLimitHealth).status().operations).toMatchObject({ overrides: 1, blocks: 1, syncFailing: false });
+    },
+    60_000,
+  );
 });

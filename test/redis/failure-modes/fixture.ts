@@ -30,6 +30,33 @@ export interface OwnRedisOptions {
   inspect?: boolean;
   /** Passed to createApp, before init (e.g. a logger). */
   configure?: (app: INestApplication) => void;
+  /** Set up in the file's `startTogether()` hook, at once with the other fixtures given it, not in the block's own. */
+  together?: StartTogether;
+}
+
+/** Collects set-ups to run at once (`startTogether`). */
+export interface StartTogether {
+  add(start: () => Promise<void>): void;
+}
+
+/**
+ * Registers, in the current (outer) block, a beforeAll that runs at once every set-up given to it by
+ * the `appOnOwnRedis` calls of the blocks inside (option `together`), each its own redis-server and app.
+ * Most of a set-up is waiting (a server starting, an app connecting), so six of them take about as long
+ * as one. Their tests still run one at a time, and each block's teardown still closes its own app and
+ * server after its tests. Fails with the first set-up's failure, after all of them settled (the
+ * teardowns stop what did start). Not for `configure` (Nest's logger is one per process: apps set up at
+ * once would log to the last one's) nor `serverDown` (an app would wait for its server through the other
+ * blocks' tests, its reconnect back-off growing): `appOnOwnRedis` refuses both with `together`.
+ */
+export function startTogether(): StartTogether {
+  const starts: (() => Promise<void>)[] = [];
+  beforeAll(async () => {
+    const settled = await Promise.allSettled(starts.map((start) => start()));
+    const failed = settled.find((result): result is PromiseRejectedResult => result.status === 'rejected');
+    if (failed) throw failed.reason;
+  }, 60_000);
+  return { add: (start) => starts.push(start) };
 }
 
 /**
@@ -41,11 +68,13 @@ export interface OwnRedisOptions {
 export function appOnOwnRedis(
   platform: Platform,
   options: Omit<RateLimitModuleOptions, 'redis'>,
-  { redisArgs = [], serverDown = false, inspect = false, configure }: OwnRedisOptions = {},
+  { redisArgs = [], serverDown = false, inspect = false, configure, together }: OwnRedisOptions = {},
 ): OwnRedisApp {
   const fixture = {} as OwnRedisApp;
+  if (together && (configure || serverDown))
+    throw new Error('appOnOwnRedis: `together` is not for `configure` or `serverDown` (see startTogether)');
 
-  beforeAll(async () => {
+  const start = async () => {
     fixture.server = await RedisServer.start(redisArgs);
     if (serverDown) await fixture.server.stop();
     if (inspect) fixture.client = await inspector(fixture.server.url);
@@ -53,7 +82,9 @@ export function appOnOwnRedis(
     fixture.app = await createApp(failureAppModule({ ...options, redis: fixture.server.url }), platform, configure);
     fixture.startUpMs = performance.now() - started;
     fixture.url = await limitedUrl(fixture.app);
-  });
+  };
+  if (together) together.add(start);
+  else beforeAll(start);
 
   afterAll(async () => {
     try {

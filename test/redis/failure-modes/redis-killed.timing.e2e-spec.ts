@@ -6,7 +6,7 @@ import { countByStatus, inFlightAt, sleep, timedGet } from '../../support/load.j
 import { watchLoopDelay } from '../../support/loop-delay.js';
 import { testPrefix } from '../../support/redis.js';
 import { CAPACITY } from './failure.controller.js';
-import { appOnOwnRedis } from './fixture.js';
+import { appOnOwnRedis, startTogether } from './fixture.js';
 import {
   MODES,
   THINK_MS,
@@ -60,10 +60,13 @@ const decisionsInsideRedis = (app: INestApplication) => {
   return decisions;
 };
 
+/** The six blocks' servers and apps, set up at once (their tests run one at a time). */
+const together = startTogether();
+
 describe.each(PLATFORMS)('Redis killed under load on %s', (platform) => {
   describe.each(MODES)("failureMode '%s'", (mode) => {
     const prefix = testPrefix(`redis-killed-${platform}-${mode}`);
-    const fx = appOnOwnRedis(platform, { keyPrefix: prefix, failureMode: mode, timeoutMs: TIMEOUT_MS });
+    const fx = appOnOwnRedis(platform, { keyPrefix: prefix, failureMode: mode, timeoutMs: TIMEOUT_MS }, { together });
 
     it(`decides within timeoutMs (+ ${SLACK_MS} ms, in the app and over a control route) when Redis dies with ${WAVE} decisions inside it, as '${mode}' says`, async () => {
       const attempt = async (n: number) => {

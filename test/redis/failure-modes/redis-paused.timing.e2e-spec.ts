@@ -8,7 +8,7 @@ import { type Answer, sleep } from '../../support/load.js';
 import { watchLoopDelay } from '../../support/loop-delay.js';
 import { commandCalls, RedisServer, testPrefix } from '../../support/redis.js';
 import { CAPACITY } from './failure.controller.js';
-import { appOnOwnRedis } from './fixture.js';
+import { appOnOwnRedis, startTogether } from './fixture.js';
 import {
   MODES,
   THINK_MS,
@@ -56,13 +56,16 @@ function expectModeAnswers(mode: FailureMode, answers: readonly Answer[]): void 
   if (mode === 'closed') expect(new Set(answers.map((a) => a.retryAfter))).toEqual(new Set(['1']));
 }
 
+/** The six blocks' servers and apps, set up at once (their tests run one at a time). */
+const together = startTogether();
+
 describe.each(PLATFORMS)('Redis hanging on %s', (platform) => {
   describe.each(MODES)("failureMode '%s'", (mode) => {
     const prefix = testPrefix(`redis-paused-${platform}-${mode}`);
     const fx = appOnOwnRedis(
       platform,
       { keyPrefix: prefix, failureMode: mode, timeoutMs: TIMEOUT_MS },
-      { redisArgs: ['--enable-debug-command', 'yes'], inspect: true },
+      { redisArgs: ['--enable-debug-command', 'yes'], inspect: true, together },
     );
 
     it(`decides within timeoutMs (+ ${SLACK_MS} ms, in the app and over a control route) while Redis is frozen (SIGSTOP) for ${FREEZE_MS} ms, and sends it a bounded number of commands`, async () => {
