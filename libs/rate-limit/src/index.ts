@@ -14,6 +14,8 @@ export type {
   BucketDecision,
   BucketPolicy,
   KeyBy,
+  LeaseOption,
+  LeaseOptions,
   PolicyNumber,
   PolicyPhase,
   RateLimitIdentity,

@@ -48,6 +48,27 @@ export interface RateLimitResolver {
 /** Whether a request's outcome gives its tokens back: `'success'` (status < 400), `'failure'` (an error or status >= 400), or a function. */
 export type RefundOn = 'success' | 'failure' | ((status: number, error: unknown) => boolean);
 
+/**
+ * A policy's leased mode (`lease`, docs/explanation/leases.md): this instance takes a batch of the
+ * bucket's tokens in one call and spends them without a call per request.
+ */
+export interface LeaseOptions {
+  /** How long a batch may be spent (ms, 50 to 10,000): tokens not spent by then are given back or lost. Default 500. */
+  lifeMs?: number;
+  /** The most tokens one batch holds (an integer >= 1). Default: a twentieth of the capacity (at least 1). */
+  maxBatch?: number;
+}
+
+/** `true` (the defaults), `false` (exact: one call per decision) or the lease's numbers. */
+export type LeaseOption = boolean | LeaseOptions;
+
+/** A lease option checked and resolved: what the decision engine reads from a request. */
+export interface LeaseSettings {
+  lifeMs: number;
+  /** Undefined: a twentieth of the capacity of the request's bucket (at least 1). */
+  maxBatch: number | undefined;
+}
+
 /** What every route policy may set, besides its numbers. */
 export interface RateLimitPolicyOptions {
   /** Whose bucket: `'ip'` (default), `'user'`, `'apiKey'` or a function of the execution context. */
@@ -69,6 +90,12 @@ export interface RateLimitPolicyOptions {
   skipIf?: (context: ExecutionContext) => boolean | Promise<boolean>;
   /** `false`: shadow mode. Decide and drain as usual, never refuse, report what would have been refused. Default: the module's `enforce`. */
   enforce?: boolean;
+  /**
+   * Leased mode for a hot bucket: this instance takes a batch of its tokens in one Redis call and spends
+   * them without a call per request, never admitting more than the exact bucket would
+   * (docs/explanation/leases.md). `true`, `false` or `{ lifeMs?, maxBatch? }`. Default: the module's `lease` (off).
+   */
+  lease?: LeaseOption;
 }
 
 /** One `@RateLimit()` policy on a controller or handler: fixed or per-request numbers, or a resolver. */

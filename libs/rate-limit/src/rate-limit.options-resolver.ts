@@ -20,6 +20,7 @@ import { checkRedisOption, undefinedRedisOption } from './stores/redis/redis-opt
 import { keysOf, unknownKeyOf } from './unknown-keys.js';
 import { RateLimitConfigError } from './errors/rate-limit.errors.js';
 import { resolveOperations } from './operations/operations-options.js';
+import { resolveLease } from './policies/lease-option.js';
 
 /** The most in-process buckets one may ask for: a JavaScript Map holds at most 2^24 entries. */
 const MAX_LOCAL_BUCKETS = 2 ** 24;
@@ -47,6 +48,7 @@ const MODULE_KEYS = keysOf<keyof RateLimitModuleOptions>({
   coalesce: true,
   guard: true,
   enforce: true,
+  lease: true,
   skipIf: true,
   allowList: true,
   onDecision: true,
@@ -219,6 +221,7 @@ export function resolveOptions(options: RateLimitModuleOptions = {}): ResolvedRa
     coalesce: options.coalesce ?? true,
     guard: options.guard ?? true,
     enforce: options.enforce ?? true,
+    lease: resolveLease(options.lease, 'the module options', 'RateLimitModule'),
     skipIf: options.skipIf,
     allowList: resolveAllowList(options.allowList),
     onDecision: options.onDecision,

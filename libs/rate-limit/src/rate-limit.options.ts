@@ -1,6 +1,6 @@
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { ExecutionContext } from '@nestjs/common';
-import type { RateLimitPolicy } from './rate-limit.interfaces.js';
+import type { LeaseOption, LeaseSettings, RateLimitPolicy } from './rate-limit.interfaces.js';
 import type { RateLimitDecisionEvent } from './events/rate-limit-events.js';
 import type { MeterProvider } from '@opentelemetry/api';
 import type { BucketStore } from './stores/bucket-store.interface.js';
@@ -72,6 +72,11 @@ export interface RateLimitModuleOptions {
   guard?: boolean;
   /** `false`: shadow mode for every policy without its own `enforce` (decide and drain, never refuse). Default true. */
   enforce?: boolean;
+  /**
+   * Leased mode (docs/explanation/leases.md) for every route policy without its own `lease`: `true`,
+   * `false` or `{ lifeMs?, maxBatch? }`. Default false: every decision is one Redis call.
+   */
+  lease?: LeaseOption;
   /** Skip every policy of a request when it answers true. Runs in each phase that has policies. */
   skipIf?: (context: ExecutionContext) => boolean | Promise<boolean>;
   /** Never limited: requests from these addresses or CIDR ranges, and policies keyed by these users or API keys. */
@@ -167,6 +172,8 @@ export interface ResolvedRateLimitOptions {
   coalesce: boolean;
   guard: boolean;
   enforce: boolean;
+  /** The module's `lease`, resolved; undefined: off. */
+  lease: LeaseSettings | undefined;
   skipIf?: (context: ExecutionContext) => boolean | Promise<boolean>;
   allowList: { ips: string[]; users: Set<string>; apiKeys: Set<string> };
   onDecision?: (event: RateLimitDecisionEvent) => void;

@@ -47,7 +47,7 @@ describe('an unknown key in the module options stops the start while the module 
       phase: 'compile',
       message:
         'RateLimitModule: unknown key "ttl" in the options (known keys: redis, store, keyPrefix, failureMode, timeoutMs, ' +
-        'legacyHeaders, standardHeaders, keys, defaults, denyCache, coalesce, guard, enforce, skipIf, allowList, onDecision, ' +
+        'legacyHeaders, standardHeaders, keys, defaults, denyCache, coalesce, guard, enforce, lease, skipIf, allowList, onDecision, ' +
         'resolverCacheMs, maxLocalBuckets, metrics, startupCheck, acquire, operations)',
     });
   });

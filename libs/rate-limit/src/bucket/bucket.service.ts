@@ -83,6 +83,8 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
     this.paced.open = false;
     setRunningBucketService(this, false);
     await this.room.close();
+    // After the waits: what the leases did not spend goes back to Redis while the connection is open.
+    await this.engine.close();
   }
 
   /**

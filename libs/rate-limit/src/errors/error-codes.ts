@@ -17,6 +17,8 @@ export const RATE_LIMIT_ERROR_CODES = {
   ERR_RATE_LIMIT_REDIS_ACL: 'Grant the user the commands and the key pattern the message lists (ACL SETUSER).',
   ERR_RATE_LIMIT_REDIS_VERSION: 'Upgrade Redis to 7.0 or later.',
   ERR_RATE_LIMIT_INVALID_POLICY: 'Correct the value the message names, in the policy of the route or call it names.',
+  ERR_RATE_LIMIT_LEASE_UNSUPPORTED:
+    'Give the policy lease: false, or drop what the message names from it (a leased bucket has fixed numbers and no penalty).',
   ERR_RATE_LIMIT_RESOLVER_NOT_INJECTABLE: 'Register the resolver class as a provider, or make its dependencies injectable.',
   ERR_RATE_LIMIT_POLICY_CONFLICT: "Give the policies that would share a bucket names of their own (name: '...'), or costs that fit.",
   ERR_RATE_LIMIT_INVALID_SKIP: '@SkipRateLimit() takes no argument, one boolean, or the names of policies that apply where it is.',

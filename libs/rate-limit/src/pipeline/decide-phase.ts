@@ -80,6 +80,7 @@ export class PhaseDecider {
         cost: policy.cost,
         blockSeconds: policy.blockSeconds,
         penaltyCost: policy.penaltyCost,
+        lease: policy.lease,
       });
     }
     if (blocked !== undefined) return this.blocked(enforced, shadow, blocked, enforcedIds, shadowIds, now);

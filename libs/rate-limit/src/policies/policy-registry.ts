@@ -96,7 +96,7 @@ export class PolicyRegistry {
     private readonly scanner: MetadataScanner,
     private readonly modules: ModulesContainer,
   ) {
-    this.context = { apiKeyVerified: options.apiKey !== undefined, enforce: options.enforce };
+    this.context = { apiKeyVerified: options.apiKey !== undefined, enforce: options.enforce, lease: options.lease };
   }
 
   /**

@@ -1,10 +1,19 @@
 import type { ExecutionContext, Type } from '@nestjs/common';
-import type { BucketPolicy, KeyBy, PolicyPhase, RateLimitPolicy, RateLimitResolver, RefundOn } from '../rate-limit.interfaces.js';
+import type {
+  BucketPolicy,
+  KeyBy,
+  LeaseSettings,
+  PolicyPhase,
+  RateLimitPolicy,
+  RateLimitResolver,
+  RefundOn,
+} from '../rate-limit.interfaces.js';
 import { SAFE_IDENTITY } from '../rate-limit.constants.js';
 import { MAX_CAPACITY, MAX_WINDOW_SECONDS } from '../stores/token-bucket.js';
 import { assertBucketPolicy, assertCost, describe } from '../bucket/bucket-policy.check.js';
 import { type AllKeys, keysOf, unknownKeyOf } from '../unknown-keys.js';
 import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
+import { leaseConflict, resolveLease } from './lease-option.js';
 
 const KEY_BY_NAMES: readonly string[] = ['ip', 'user', 'apiKey'];
 const PHASES: readonly string[] = ['before-guards', 'after-guards'];
@@ -20,6 +29,7 @@ const POLICY_KEYS = keysOf<AllKeys<RateLimitPolicy>>({
   blockSeconds: true,
   skipIf: true,
   enforce: true,
+  lease: true,
 });
 
 /** What a policy computes per request instead of fixing at start-up. */
@@ -59,6 +69,8 @@ export interface CompiledPolicy extends BucketPolicy {
   skipIf: ((context: ExecutionContext) => boolean | Promise<boolean>) | undefined;
   /** False: shadow mode (decided and drained, never refused). */
   enforce: boolean;
+  /** Leased mode (`lease`): undefined, exact (one call per decision). */
+  lease: LeaseSettings | undefined;
 }
 
 /** What compiling a route policy needs to know of the module options. */
@@ -67,6 +79,8 @@ export interface PolicyContext {
   apiKeyVerified: boolean;
   /** The module's `enforce`: what a policy without its own gets. Default true. */
   enforce?: boolean;
+  /** The module's `lease`, resolved: what a policy without its own gets. Default: none. */
+  lease?: LeaseSettings;
 }
 
 /**
@@ -176,6 +190,15 @@ export function compilePolicy(
   }
   const blockSeconds = policy.blockSeconds ?? 0;
   if (policy.blockSeconds !== undefined) assertBlockSeconds(blockSeconds, numbers, dynamic !== undefined, route, label);
+  const lease = policy.lease === undefined ? context.lease : resolveLease(policy.lease, route, label);
+  const conflict = lease === undefined ? undefined : leaseConflict({ blockSeconds, dynamic });
+  if (conflict !== undefined) {
+    const whose = policy.lease === undefined ? " (the module's lease applies to it: give it lease: false)" : '';
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_LEASE_UNSUPPORTED',
+      `${label} lease cannot be used with ${conflict} on ${route}${whose}`,
+    );
+  }
   const scope = policy.name ?? defaultScope;
   return {
     ...numbers,
@@ -189,6 +212,7 @@ export function compilePolicy(
     penaltyCost: typeof policy.cost === 'number' ? policy.cost : 1,
     skipIf,
     enforce: enforce ?? context.enforce ?? true,
+    lease,
   };
 }
 

@@ -1,4 +1,4 @@
-import type { BucketDecision, BucketPolicy } from '../rate-limit.interfaces.js';
+import type { BucketDecision, BucketPolicy, LeaseSettings } from '../rate-limit.interfaces.js';
 
 /**
  * The token-bucket arithmetic in TypeScript, for the memory store and for turning stored token counts
@@ -107,6 +107,11 @@ export interface BucketRequest extends BucketPolicy {
    * Default: `cost`.
    */
   penaltyCost?: number;
+  /**
+   * Leased mode (the route policy's `lease`): the decision engine may spend a batch this instance leased
+   * instead of asking the store (docs/explanation/leases.md). Stores ignore it.
+   */
+  lease?: LeaseSettings;
 }
 
 /**

@@ -299,12 +299,13 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
    * One call of lease.lua: gives back and keeps what `ask` says of this holder's live lease of
    * `request`'s bucket, and leases up to `ask.want` more tokens (see the script's header). `now`: tests.
    */
-  lease(request: BucketRequest, ask: LeaseAsk, now?: number): Promise<LeaseAnswer> {
+  lease(request: BucketRequest, ask: LeaseAsk, now?: number, sent?: () => void): Promise<LeaseAnswer> {
     if (this.diagnostics !== undefined && this.client.status !== 'ready') return Promise.reject(this.diagnostics.notConnected());
     const keys: string[] = [];
     const argv: (string | number)[] = [];
     appendLease(keys, argv, request, ask);
     if (now !== undefined) argv.push(now);
+    sent?.();
     return this.evaluate(LEASE_SCRIPT, [1, ...keys, ...argv]).then((reply) => {
       this.connection?.answered(1);
       return decodeLease(reply);

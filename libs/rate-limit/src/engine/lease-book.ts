@@ -1,0 +1,267 @@
+import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import type { BucketRequest } from '../stores/token-bucket.js';
+
+/** What a lease call asks (lease.lua's arguments but the bucket's). */
+export interface LeaseAsk {
+  holder: string;
+  /** Of the tokens of the holder's live lease: those it keeps, and those it gives back. */
+  kept: number;
+  returned: number;
+  /** Tokens it asks for now (0: give back only). */
+  want: number;
+  lifeMs: number;
+}
+
+/** What a lease call answers. */
+export interface LeaseAnswer {
+  /** Tokens leased now. */
+  granted: number;
+  /** Tokens of the holder's lease it keeps (fewer than asked when the lease ended in Redis before the call). */
+  kept: number;
+  /** The bucket's tokens after the call (fractional; below 0 under a penalty). */
+  tokens: number;
+  /** Ms a running penalty still runs (0: none). */
+  penaltyMs: number;
+}
+
+/** A store that leases (the Redis store): one lease.lua call per ask. */
+export interface LeasingStore {
+  lease(request: BucketRequest, ask: LeaseAsk, now?: number, sent?: () => void): Promise<LeaseAnswer>;
+}
+
+/** Whether `store` leases tokens. */
+export function leases(store: object): store is LeasingStore {
+  return typeof (store as Partial<LeasingStore>).lease === 'function';
+}
+
+/** A leased decision of one request: spent here, to be decided exactly (the key is cold), or refused by the store. */
+export type LeaseTake = { kind: 'spent'; tokens: number } | { kind: 'exact' } | { kind: 'refused'; tokens: number };
+
+/** This instance's lease of one bucket. */
+interface Held {
+  /** Whole tokens this instance may still spend, until `until` (performance.now() ms). */
+  tokens: number;
+  until: number;
+  /** The bucket's tokens in Redis as this instance last saw them (a lease call's or an exact decision's answer). */
+  seen: number;
+  /** Calls sent for this lease so far: a spend undone after another call was sent is not put back here. */
+  sends: number;
+  /** The call in flight, if any: decisions that find no token wait for it rather than send another. */
+  asking: Promise<void> | undefined;
+  /** Decisions asked of this bucket here since `since`, and the demand per second last measured. */
+  hits: number;
+  since: number;
+  rate: number;
+  /** The numbers of the last call, for the give-back at close. */
+  capacity: number;
+  refillPerSecond: number;
+  lifeMs: number;
+}
+
+/** A spend, as its undo needs it: the lease it came from and the calls sent for it then. */
+interface Spend {
+  held: Held;
+  sends: number;
+}
+
+/** How often the demand per second of a bucket is measured (ms). */
+const RATE_WINDOW_MS = 100;
+/** A batch is at most this fraction of the tokens the bucket held last time: less as it empties. */
+const BATCH_SHARE_OF_BUCKET = 0.25;
+/** Without `maxBatch`, a batch is at most this fraction of the capacity. */
+const BATCH_SHARE_OF_CAPACITY = 0.05;
+/** A batch is sized to this fraction of a lease's life at the measured demand (the rest is margin to renew in). */
+const BATCH_SHARE_OF_LIFE = 0.5;
+
+/**
+ * The leases of this instance (docs/explanation/leases.md): per leased bucket, a batch of tokens taken
+ * out of Redis in one call and spent here without a call per decision, until the lease ends. A bucket is
+ * leased only while it is hot here (its demand fills a batch larger than one request's cost) and full
+ * enough in Redis (a batch is at most a quarter of what it held); otherwise its decisions are exact, one
+ * call each, as without leases. A renewal goes out when half a batch is spent, keeping what is left and
+ * asking for the rest in the same call. Bounded: at most `maxKeys` buckets are followed (the oldest is
+ * forgotten first; its tokens are lost, never over-spent).
+ */
+export class LeaseBook {
+  /** This instance's id in the buckets' lease fields. */
+  readonly holder = randomUUID();
+  private readonly held = new Map<string, Held>();
+  /** The spends of decisions not yet settled, for their undo or refund. */
+  private readonly spends = new WeakMap<BucketRequest, Spend>();
+  private closed = false;
+
+  constructor(
+    /** One lease call, through the engine's deadlines and breakers; rejects when the store fails. */
+    private readonly call: (request: BucketRequest, ask: LeaseAsk, sent: () => void) => Promise<LeaseAnswer>,
+    private readonly maxKeys: number,
+  ) {}
+
+  /**
+   * Decides `request` (a leased one) from this instance's lease when it can: spent (a token estimate
+   * for the headers), refused by the store's answer to a lease call, or to be decided exactly (the
+   * bucket is cold here, or nearly empty). Rejects when a needed lease call fails.
+   */
+  take(request: BucketRequest): LeaseTake | Promise<LeaseTake> {
+    const held = this.closed ? undefined : this.follow(request.key);
+    if (held === undefined) return EXACT;
+    const now = performance.now();
+    this.measure(held, now);
+    if (held.tokens >= request.cost && now < held.until) return this.spend(request, held);
+    if (held.asking !== undefined) return held.asking.then(() => this.afterCall(request, held));
+    if (now >= held.until) held.tokens = 0;
+    const batch = this.batchOf(request, held);
+    if (batch <= request.cost) return EXACT;
+    return this.ask(request, held, batch).then(() => this.afterCall(request, held));
+  }
+
+  /** An exact decision of a leased bucket: what it held afterwards, for the next batch's size. */
+  saw(request: BucketRequest, tokens: number): void {
+    const held = this.held.get(request.key);
+    if (held !== undefined) held.seen = tokens;
+  }
+
+  /**
+   * Gives a spend of `request` back to the lease it came from, when no call was sent for that lease
+   * since (else the store already counts it as spent, and only an exact refund may give it back):
+   * answers the token estimate, or undefined when the caller must refund exactly.
+   */
+  putBack(request: BucketRequest): number | undefined {
+    const spend = this.spends.get(request);
+    if (spend === undefined) return undefined;
+    this.spends.delete(request);
+    const { held, sends } = spend;
+    if (held.sends !== sends || performance.now() >= held.until || this.held.get(request.key) !== held) return undefined;
+    held.tokens += request.cost;
+    return estimate(request, held);
+  }
+
+  /** Whether `request` was decided from a lease here (and not yet given back). */
+  spent(request: BucketRequest): boolean {
+    return this.spends.has(request);
+  }
+
+  /** The application is closing: every live lease gives its tokens back, in one call per bucket; no lease is taken after. */
+  async close(): Promise<void> {
+    this.closed = true;
+    const now = performance.now();
+    const calls: Promise<unknown>[] = [];
+    for (const [key, held] of this.held) {
+      if (held.tokens > 0 && now < held.until) {
+        const returned = held.tokens;
+        held.tokens = 0;
+        held.sends++;
+        const request: BucketRequest = { key, capacity: held.capacity, refillPerSecond: held.refillPerSecond, cost: 0 };
+        const ask = { holder: this.holder, kept: 0, returned, want: 0, lifeMs: held.lifeMs };
+        calls.push(this.call(request, ask, () => undefined).catch(() => undefined));
+      }
+    }
+    this.held.clear();
+    await Promise.all(calls);
+  }
+
+  private spend(request: BucketRequest, held: Held): LeaseTake {
+    held.tokens -= request.cost;
+    this.spends.set(request, { held, sends: held.sends });
+    // Half a batch spent: renew now, while the rest is spent, so that no decision waits for the call.
+    if (held.asking === undefined) {
+      const batch = this.batchOf(request, held);
+      if (held.tokens < batch * 0.5 && batch > request.cost) this.ask(request, held, batch).catch(() => undefined);
+    }
+    return { kind: 'spent', tokens: estimate(request, held) };
+  }
+
+  /** After the call a decision waited for: spent when the lease has its cost now, else refused with the bucket's tokens. */
+  private afterCall(request: BucketRequest, held: Held): LeaseTake | Promise<LeaseTake> {
+    const now = performance.now();
+    if (held.tokens >= request.cost && now < held.until) return this.spend(request, held);
+    return { kind: 'refused', tokens: Math.min(request.capacity, held.seen + held.tokens) };
+  }
+
+  /**
+   * One lease call: keeps what this instance holds (at most a batch; the rest goes back) and asks for
+   * the batch's remainder. The lease's end here counts from before the call is sent, so it never
+   * outlives the end Redis gives it (counted from when the script runs).
+   */
+  private ask(request: BucketRequest, held: Held, batch: number): Promise<void> {
+    const lifeMs = request.lease!.lifeMs;
+    const live = performance.now() < held.until ? held.tokens : 0;
+    const kept = Math.min(live, batch);
+    const returned = live - kept;
+    const want = Math.max(batch - kept, request.cost);
+    held.tokens = kept;
+    held.sends++;
+    held.capacity = request.capacity;
+    held.refillPerSecond = request.refillPerSecond;
+    held.lifeMs = lifeMs;
+    let sentAt = performance.now();
+    const asking = this.call(request, { holder: this.holder, kept, returned, want, lifeMs }, () => (sentAt = performance.now())).then(
+      (answer) => {
+        // Spent meanwhile came out of the kept tokens; Redis keeps fewer only when the lease had ended there.
+        held.tokens = Math.min(held.tokens, answer.kept) + answer.granted;
+        held.until = held.tokens > 0 ? sentAt + lifeMs : 0;
+        held.seen = answer.tokens;
+      },
+    );
+    held.asking = asking;
+    const done = () => {
+      if (held.asking === asking) held.asking = undefined;
+    };
+    asking.then(done, done);
+    return asking;
+  }
+
+  /** The tokens a batch of this bucket should hold now: by the demand here, the capacity and what the bucket held last time. */
+  private batchOf(request: BucketRequest, held: Held): number {
+    const byDemand = Math.ceil(held.rate * request.lease!.lifeMs * BATCH_SHARE_OF_LIFE * 0.001);
+    const most = request.lease!.maxBatch ?? Math.max(1, Math.floor(request.capacity * BATCH_SHARE_OF_CAPACITY));
+    const byBucket = Math.floor(held.seen * BATCH_SHARE_OF_BUCKET);
+    return Math.min(byDemand, most, byBucket);
+  }
+
+  /** Counts a decision of the bucket, and measures its demand per second once a window has passed. */
+  private measure(held: Held, now: number): void {
+    held.hits++;
+    const elapsed = now - held.since;
+    if (elapsed >= RATE_WINDOW_MS) {
+      const rate = (held.hits * 1000) / elapsed;
+      // A bucket idle for several windows starts from its new demand, not half its old one.
+      held.rate = elapsed > 4 * RATE_WINDOW_MS ? rate : (held.rate + rate) / 2;
+      held.hits = 0;
+      held.since = now;
+    }
+  }
+
+  /** The lease of `key`, followed from now on if it was not; the oldest is forgotten when `maxKeys` are. */
+  private follow(key: string): Held | undefined {
+    let held = this.held.get(key);
+    if (held !== undefined) return held;
+    if (this.held.size >= this.maxKeys) {
+      const oldest = this.held.keys().next().value as string;
+      this.held.delete(oldest);
+    }
+    held = {
+      tokens: 0,
+      until: 0,
+      seen: Infinity,
+      sends: 0,
+      asking: undefined,
+      hits: 0,
+      since: performance.now(),
+      rate: 0,
+      capacity: 0,
+      refillPerSecond: 0,
+      lifeMs: 0,
+    };
+    this.held.set(key, held);
+    return held;
+  }
+}
+
+const EXACT: LeaseTake = { kind: 'exact' };
+
+/** What the headers say a leased bucket holds: this instance's tokens and what Redis held at the last call, at most the capacity. */
+function estimate(request: BucketRequest, held: Held): number {
+  const tokens = held.tokens + (Number.isFinite(held.seen) ? Math.max(0, held.seen) : request.capacity);
+  return tokens < request.capacity ? tokens : request.capacity;
+}
