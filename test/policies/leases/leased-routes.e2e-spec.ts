@@ -83,6 +83,14 @@ describe('leased policies', () => {
     expect(Number(fields.o)).toBeGreaterThan(0);
   }, 30_000);
 
+  it('refuses no decision of a burst larger than a batch while the bucket holds plenty: waiters ask again', async () => {
+    const keyPrefix = testPrefix('leases-burst');
+    const { url } = await start(keyPrefix);
+    await load(url, '/leased/burst', 600, 8);
+    const { statuses } = await load(url, '/leased/burst', 3_000, 64);
+    expect(count(statuses, 200)).toBe(3_000);
+  }, 30_000);
+
   it('never admits more than the bucket holds: two instances on a 200-token bucket refilling 20/s', async () => {
     const keyPrefix = testPrefix('leases-small');
     const [a, b] = [await start(keyPrefix), await start(keyPrefix)];

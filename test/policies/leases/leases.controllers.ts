@@ -18,6 +18,13 @@ export class LeasedController {
     return 'ok';
   }
 
+  /** Leased in small batches: a burst is larger than a batch, and the bucket holds plenty. */
+  @Get('burst')
+  @RateLimit({ capacity: 10_000, refillPerSecond: 10_000, name: 'burst', keyBy: () => 'everyone', lease: { maxBatch: 10 } })
+  burst(): string {
+    return 'ok';
+  }
+
   /** Leased, given back when the handler fails. */
   @Get('refund/:outcome')
   @RateLimit({

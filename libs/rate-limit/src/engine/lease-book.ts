@@ -49,6 +49,8 @@ interface Held {
   sends: number;
   /** The call in flight, if any: decisions that find no token wait for it rather than send another. */
   asking: Promise<void> | undefined;
+  /** The cost of the decisions waiting for that call. */
+  waiting: number;
   /** Decisions asked of this bucket here since `since`, and the demand per second last measured. */
   hits: number;
   since: number;
@@ -65,6 +67,8 @@ interface Spend {
   sends: number;
 }
 
+/** The most lease calls one decision waits for before it is refused (each asks for every waiting decision's cost). */
+const MAX_ROUNDS = 3;
 /** How often the demand per second of a bucket is measured (ms). */
 const RATE_WINDOW_MS = 100;
 /** A batch is at most this fraction of the tokens the bucket held last time: less as it empties. */
@@ -108,11 +112,12 @@ export class LeaseBook {
     const now = performance.now();
     this.measure(held, now);
     if (held.tokens >= request.cost && now < held.until) return this.spend(request, held);
-    if (held.asking !== undefined) return held.asking.then(() => this.afterCall(request, held));
+    if (held.asking !== undefined) return this.wait(request, held, 0);
     if (now >= held.until) held.tokens = 0;
     const batch = this.batchOf(request, held);
     if (batch <= request.cost) return EXACT;
-    return this.ask(request, held, batch).then(() => this.afterCall(request, held));
+    this.ask(request, held, batch);
+    return this.wait(request, held, 0);
   }
 
   /** An exact decision of a leased bucket: what it held afterwards, for the next batch's size. */
@@ -166,15 +171,28 @@ export class LeaseBook {
     // Half a batch spent: renew now, while the rest is spent, so that no decision waits for the call.
     if (held.asking === undefined) {
       const batch = this.batchOf(request, held);
-      if (held.tokens < batch * 0.5 && batch > request.cost) this.ask(request, held, batch).catch(() => undefined);
+      if (held.tokens < batch * 0.5 && batch > request.cost) this.ask(request, held, batch);
     }
     return { kind: 'spent', tokens: estimate(request, held) };
   }
 
-  /** After the call a decision waited for: spent when the lease has its cost now, else refused with the bucket's tokens. */
-  private afterCall(request: BucketRequest, held: Held): LeaseTake | Promise<LeaseTake> {
-    const now = performance.now();
-    if (held.tokens >= request.cost && now < held.until) return this.spend(request, held);
+  /**
+   * Waits for the call in flight, then spends when the lease has the cost. When it does not but the
+   * bucket still had the cost after the call (the decisions that waited wanted more than the batch),
+   * asks again, up to MAX_ROUNDS calls: only a bucket without the cost refuses.
+   */
+  private async wait(request: BucketRequest, held: Held, round: number): Promise<LeaseTake> {
+    held.waiting += request.cost;
+    try {
+      await held.asking;
+    } finally {
+      held.waiting -= request.cost;
+    }
+    if (held.tokens >= request.cost && performance.now() < held.until) return this.spend(request, held);
+    if (held.seen >= request.cost && round < MAX_ROUNDS && !this.closed) {
+      if (held.asking === undefined) this.ask(request, held, Math.max(this.batchOf(request, held), request.cost));
+      return this.wait(request, held, round + 1);
+    }
     return { kind: 'refused', tokens: Math.min(request.capacity, held.seen + held.tokens) };
   }
 
@@ -183,12 +201,13 @@ export class LeaseBook {
    * the batch's remainder. The lease's end here counts from before the call is sent, so it never
    * outlives the end Redis gives it (counted from when the script runs).
    */
-  private ask(request: BucketRequest, held: Held, batch: number): Promise<void> {
+  private ask(request: BucketRequest, held: Held, batch: number): void {
     const lifeMs = request.lease!.lifeMs;
     const live = performance.now() < held.until ? held.tokens : 0;
     const kept = Math.min(live, batch);
     const returned = live - kept;
-    const want = Math.max(batch - kept, request.cost);
+    // Enough for the decisions waiting for this call too (they asked while the last one was in flight).
+    const want = Math.max(batch - kept, request.cost + held.waiting);
     held.tokens = kept;
     held.sends++;
     held.capacity = request.capacity;
@@ -208,7 +227,6 @@ export class LeaseBook {
       if (held.asking === asking) held.asking = undefined;
     };
     asking.then(done, done);
-    return asking;
   }
 
   /** The tokens a batch of this bucket should hold now: by the demand here, the capacity and what the bucket held last time. */
@@ -246,6 +264,7 @@ export class LeaseBook {
       seen: Infinity,
       sends: 0,
       asking: undefined,
+      waiting: 0,
       hits: 0,
       since: performance.now(),
       rate: 0,
