@@ -114,7 +114,7 @@ describe('the start-up check of the Redis connection', () => {
       expect(error?.reason).toBe(
         `RateLimitModule cannot start: Redis at 127.0.0.1:${server.port} does not let user "other-prefix" run the rate limiter's commands ` +
           '(NOPERM this user has no permissions to access one of the keys used as arguments); grant them: ' +
-          'ACL SETUSER other-prefix ~startup-check:* +evalsha +eval +hmget +hset +pexpire +pttl +time +del',
+          'ACL SETUSER other-prefix ~startup-check:* +evalsha +eval +hmget +hget +hgetall +hset +hdel +pexpire +pttl +time +del',
       );
       expect(JSON.stringify(recorder.lines)).not.toContain('user-pass');
     });

@@ -160,6 +160,6 @@ function denied(client: RedisClient, diagnostics: RedisDiagnostics, error: unkno
   throw new RateLimitConfigError(
     'ERR_RATE_LIMIT_REDIS_ACL',
     `RateLimitModule cannot start: ${diagnostics.target} does not let user "${user}" run the rate limiter's commands (${reason}); ` +
-      `grant them: ACL SETUSER ${user} ~${keyPrefix}* +evalsha +eval +hmget +hset +pexpire +pttl +time +del`,
+      `grant them: ACL SETUSER ${user} ~${keyPrefix}* +evalsha +eval +hmget +hget +hgetall +hset +hdel +pexpire +pttl +time +del`,
   );
 }
