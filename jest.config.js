@@ -7,8 +7,9 @@
  * - `fast`: everything not below, in parallel; first, with the machine to itself.
  * - `timing`: the files whose assertions depend on wall-clock time (a wait bounded by timeoutMs,
  *   allowed ≤ B + R·T, Retry-After after a measured span, retries within a sleep...), named
- *   `*.timing.e2e-spec.ts`. In band (`--runInBand`): no
- *   other test file at normal priority shares the CPU with them.
+ *   `*.timing.e2e-spec.ts`. Two at a time (`--maxWorkers=2`): they mostly wait (on timers, a frozen
+ *   Redis, Sentinel), and each is judged beside CPU-bound work anyway (CONTRIBUTING.md, Durations); no
+ *   fast file shares the CPU with them.
  * - `package`: test/package/, the packed library installed into consumer apps that build and run their
  *   own test runners; the heaviest on the CPU, so last: beside `timing`, at nice 10, taking mostly the
  *   CPU the timing files leave idle.
