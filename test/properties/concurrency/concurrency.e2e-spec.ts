@@ -2,7 +2,7 @@ import { Controller, Get, type INestApplication, Module } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { BucketService, RateLimit, RateLimitModule } from 'nest-redis-rate-limit';
+import { BucketService, RateLimit, RateLimitModule, type RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import { createApp, PLATFORMS } from '../../support/app.js';
 import { deleteKeys, redisUrl, testPrefix } from '../../support/redis.js';
 
@@ -24,8 +24,17 @@ class RaceController {
  */
 const EXACT = { failureMode: 'closed', timeoutMs: 2000 } as const;
 
-describe('exact under concurrency', () => {
-  const prefix = testPrefix('concurrency');
+/**
+ * Exact, and with the module's `lease: true` (issue 35: leases on for the policy keep every count the
+ * same; a lease never admits what the exact bucket would not).
+ */
+const MODES = [
+  ['exact', {}],
+  ['leased', { lease: true }],
+] as const satisfies readonly (readonly [string, RateLimitModuleOptions])[];
+
+describe.each(MODES)('exact under concurrency (%s)', (mode, modeOptions) => {
+  const prefix = testPrefix(`concurrency-${mode}`);
   let client: Redis;
 
   beforeAll(async () => {
@@ -39,7 +48,7 @@ describe('exact under concurrency', () => {
 
   it('allows exactly 100 of 300 simultaneous consume() calls on a fresh bucket of 100, each remaining count once', async () => {
     const moduleRef = await Test.createTestingModule({
-      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: prefix, ...EXACT })],
+      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: prefix, ...EXACT, ...modeOptions })],
     }).compile();
     await moduleRef.init();
     const buckets = moduleRef.get(BucketService);
@@ -57,7 +66,7 @@ describe('exact under concurrency', () => {
 
   it.each(PLATFORMS)('answers exactly 100 of 300 simultaneous HTTP requests with 200 on %s', async (platform) => {
     @Module({
-      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: `${prefix}${platform}:`, ...EXACT })],
+      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: `${prefix}${platform}:`, ...EXACT, ...modeOptions })],
       controllers: [RaceController],
     })
     class RaceModule {}

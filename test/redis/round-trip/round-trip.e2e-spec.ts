@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { INestApplication } from '@nestjs/common';
 import { Redis } from 'ioredis';
+import type { RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import request from 'supertest';
 import { createApp, PLATFORMS } from '../../support/app.js';
 import { commandCalls, keysUnder, RedisServer, testPrefix, tokensOf } from '../../support/redis.js';
@@ -63,13 +64,30 @@ class CommandLog {
 
 const N = 40;
 
-describe.each(PLATFORMS)('one round trip per decision on %s', (platform) => {
-  const prefix = testPrefix(`round-trip-${platform}`);
+/**
+ * Exact, and with the module's `lease: true` (issue 35: a cold key costs what it costs without leases,
+ * one script call per decision, with the same assertions).
+ */
+const MODES = [
+  ['exact', {}],
+  ['leased', { lease: true }],
+] as const satisfies readonly (readonly [string, RateLimitModuleOptions])[];
+const VARIANTS = MODES.flatMap(([mode, options]) => PLATFORMS.map((platform) => [platform, mode, options] as const));
+
+describe.each(VARIANTS)('one round trip per decision on %s (%s)', (platform, mode, modeOptions) => {
+  const prefix = testPrefix(`round-trip-${platform}-${mode}`);
   let server: RedisServer;
   let client: Redis;
   let log: CommandLog;
   let app: INestApplication;
   let url: string;
+  /**
+   * The tests that cannot hold with leases on (issue 35): a burst of 40 on one bucket that spans a 100 ms
+   * demand window is hot (more than 4 decisions a second at lifeMs 500), so it is leased and takes fewer
+   * than 40 calls; and /rt/single, hit 41 times before, is hot when the SCRIPT FLUSH test asks it again
+   * (one lease.lua EVAL, then no call). Skipped when leased, never weakened.
+   */
+  const exactOnly = mode === 'leased' ? it.skip : it;
   /** What the app sent while it started (the start-up check runs the script once). */
   let startup: { sent: string[]; evalsha: number; eval: number };
 
@@ -96,7 +114,7 @@ describe.each(PLATFORMS)('one round trip per decision on %s', (platform) => {
     client = new Redis(server.url);
     log = await CommandLog.start(server.url, client);
     startup = await measure(async () => {
-      app = await createApp(roundTripAppModule({ redis: server.url, keyPrefix: prefix }), platform);
+      app = await createApp(roundTripAppModule({ redis: server.url, keyPrefix: prefix, ...modeOptions }), platform);
     });
     await app.listen(0, '127.0.0.1');
     url = await app.getUrl();
@@ -115,14 +133,14 @@ describe.each(PLATFORMS)('one round trip per decision on %s', (platform) => {
     expect(first).toEqual({ sent: ['evalsha'], evalsha: 1, eval: 0 });
   });
 
-  it(`answers ${N} allowed requests on a one-policy route with exactly ${N} EVALSHA and no other command`, async () => {
+  exactOnly(`answers ${N} allowed requests on a one-policy route with exactly ${N} EVALSHA and no other command`, async () => {
     let statuses: number[] = [];
     const counted = await measure(async () => (statuses = await hit('/rt/single', N)));
     expect(statuses).toEqual(new Array(N).fill(200));
     expect(counted).toEqual({ sent: new Array(N).fill('evalsha'), evalsha: N, eval: 0 });
   });
 
-  it(`answers ${N} allowed requests on a two-policy route with exactly ${N} EVALSHA, each draining both buckets`, async () => {
+  exactOnly(`answers ${N} allowed requests on a two-policy route with exactly ${N} EVALSHA, each draining both buckets`, async () => {
     let statuses: number[] = [];
     const counted = await measure(async () => (statuses = await hit('/rt/double', N)));
     expect(statuses).toEqual(new Array(N).fill(200));
@@ -134,7 +152,7 @@ describe.each(PLATFORMS)('one round trip per decision on %s', (platform) => {
     }
   });
 
-  it('decides policies on different identities (IP and API key) in the same single EVALSHA', async () => {
+  exactOnly('decides policies on different identities (IP and API key) in the same single EVALSHA', async () => {
     let statuses: number[] = [];
     const counted = await measure(async () => (statuses = await hit('/rt/mixed', N, { 'x-api-key': 'round-trip-key' })));
     expect(statuses).toEqual(new Array(N).fill(200));
@@ -157,7 +175,7 @@ describe.each(PLATFORMS)('one round trip per decision on %s', (platform) => {
     expect(free).toEqual({ sent: [], evalsha: 0, eval: 0 });
   });
 
-  it('reloads the script once after SCRIPT FLUSH (one refused EVALSHA, one EVAL), then EVALSHA only', async () => {
+  exactOnly('reloads the script once after SCRIPT FLUSH (one refused EVALSHA, one EVAL), then EVALSHA only', async () => {
     await client.script('FLUSH');
     let statuses: number[] = [];
     const reload = await measure(async () => (statuses = await hit('/rt/single', 1)));

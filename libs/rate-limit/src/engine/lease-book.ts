@@ -188,12 +188,18 @@ export class LeaseBook {
     } finally {
       held.waiting -= request.cost;
     }
-    if (held.tokens >= request.cost && performance.now() < held.until) return this.spend(request, held);
-    if (held.seen >= request.cost && round < MAX_ROUNDS && !this.closed) {
+    const live = performance.now() < held.until;
+    if (held.tokens >= request.cost && live) return this.spend(request, held);
+    // The bucket has the cost when what this instance holds and what Redis has left make it (a cost > 1).
+    const has = held.seen + (live ? held.tokens : 0);
+    if (has >= request.cost && round < MAX_ROUNDS && !this.closed) {
       if (held.asking === undefined) this.ask(request, held, Math.max(this.batchOf(request, held), request.cost));
       return this.wait(request, held, round + 1);
     }
-    return { kind: 'refused', tokens: Math.min(request.capacity, held.seen + held.tokens) };
+    // A refusal says the bucket lacks the cost, as an exact one does (Retry-After >= 1, fewer than cost
+    // tokens remaining): when it had it after all (the rounds ran out while others took it), just under it.
+    const tokens = Math.min(request.capacity, has);
+    return { kind: 'refused', tokens: tokens < request.cost ? tokens : request.cost * (1 - Number.EPSILON) };
   }
 
   /**
