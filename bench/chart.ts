@@ -28,7 +28,7 @@ const ROW = 22;
 const LINE_LABEL = 13;
 const COLORS = { ours: '#1f6feb', oursVariant: '#54aeff', other: '#8c959f', none: '#d0d7de', bad: '#cf222e', floor: '#6e7781' };
 
-interface Row {
+export interface Row {
   label: string;
   value: number;
   /** Per-round spread: drawn as a whisker from min to max. */
@@ -39,17 +39,17 @@ interface Row {
   mark?: number;
 }
 
-interface Line {
+export interface Line {
   at: number;
   label: string;
   style?: 'dashed' | 'dotted';
 }
 
-function escape(text: string): string {
+export function escape(text: string): string {
   return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 }
 
-function colorOf(name: string): string {
+export function colorOf(name: string): string {
   if (name === 'ours') return COLORS.ours;
   if (name.startsWith('ours-') || name.startsWith('ours@')) return COLORS.oursVariant;
   if (name === 'none') return COLORS.none;
@@ -57,11 +57,11 @@ function colorOf(name: string): string {
   return COLORS.other;
 }
 
-const num = (n: number, digits = 0) =>
+export const num = (n: number, digits = 0) =>
   Number.isFinite(n) ? n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits }) : 'n/a';
 
 /** "median (min–max)" for the value column. */
-function spreadText(s: Spread, digits = 0): string {
+export function spreadText(s: Spread, digits = 0): string {
   return s.n > 1 && s.min !== s.max ? `${num(s.median, digits)} (${num(s.min, digits)}–${num(s.max, digits)})` : num(s.median, digits);
 }
 
@@ -69,7 +69,7 @@ function spreadText(s: Spread, digits = 0): string {
  * A titled block of horizontal bars on the scale [lo, hi] (bars start at 0), whiskers, ticks and
  * labelled vertical lines; returns the SVG and its height.
  */
-function panel(
+export function panel(
   y: number,
   title: string,
   subtitle: string,
@@ -126,7 +126,7 @@ function panel(
 }
 
 /** A scale end a little beyond every value, whisker and line. */
-function upper(rows: Row[], lines: Line[], pad = 1.08): number {
+export function upper(rows: Row[], lines: Line[], pad = 1.08): number {
   const values = [...rows.flatMap((r) => [r.value, r.spread?.max ?? r.value, r.mark ?? r.value]), ...lines.map((l) => l.at)];
   return Math.max(...values.filter((v) => Number.isFinite(v))) * pad || 1;
 }

@@ -1,5 +1,6 @@
 import 'reflect-metadata';
 import type { AddressInfo } from 'node:net';
+import { pathToFileURL } from 'node:url';
 import { ThrottlerStorageRedisService } from '@nest-lab/throttler-storage-redis';
 import {
   type CanActivate,
@@ -27,10 +28,10 @@ import { benchRedisUrl, HTTP_VARIANTS, type HttpVariant, LIMITS, type Limits } f
  * One benchmark app: `node dist/bench/http-app.js <variant> <key prefix>`. The same Express app with
  * `GET /allowed` (a limit nobody reaches) and `GET /denied` (a limit everyone exceeds), behind one
  * limiter, each configured the way its documentation shows, or behind one of the two floors.
- * Prints `{"port":n}` once it listens.
+ * Prints `{"port":n}` once it listens. The leases step's app (leases-app.ts) imports its guards.
  */
 
-const BODY = { hello: 'world' };
+export const BODY = { hello: 'world' };
 /**
  * BENCH_DENIED_LIMITS=no-refill (the instructions step): /denied refills one token per 10,000 s, so
  * that after its first 10 requests every request is refused the same way, however slowly it is served.
@@ -54,7 +55,7 @@ function tooManyRequests(): HttpException {
 
 /** The limits of a route, for the guards written here (rate-limiter-flexible's and the minimal guard). */
 const BENCH_LIMITS = 'BENCH:LIMITS';
-const Limited = (limits: Limits) => (_t: object, _k: string | symbol, d: PropertyDescriptor) => {
+export const Limited = (limits: Limits) => (_t: object, _k: string | symbol, d: PropertyDescriptor) => {
   Reflect.defineMetadata(BENCH_LIMITS, limits, d.value as object);
 };
 
@@ -101,7 +102,7 @@ class ThrottlerController {
 }
 
 /** rate-limiter-flexible ships no Nest guard: this is the short one its users write, one limiter per route. */
-function rlfGuard(prefix: string): Type<CanActivate> {
+export function rlfGuard(prefix: string): Type<CanActivate> {
   const client = new Redis(REDIS_URL);
   const limiters = new Map<Function, RateLimiterRedis | null>();
   @Injectable()
@@ -178,7 +179,7 @@ interface MinimalRoute {
  * by default (legacyHeaders: X-RateLimit-*, standardHeaders 'draft-6': RateLimit-Limit / -Remaining /
  * -Reset / -Policy, and Retry-After on a refusal) with the same values, keyed by IP like ours.
  */
-function minimalGuard(prefix: string): Type<CanActivate> {
+export function minimalGuard(prefix: string): Type<CanActivate> {
   const client = new Redis(REDIS_URL);
   const routes = new Map<Function, MinimalRoute | null>();
   let sha = '';
@@ -334,7 +335,9 @@ async function main(): Promise<void> {
   process.stdout.write(`${JSON.stringify({ port })}\n`);
 }
 
-main().catch((error: unknown) => {
-  console.error(error);
-  process.exit(1);
-});
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  main().catch((error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  });
+}

@@ -71,7 +71,7 @@ async function checkApp(app: App, redis: Redis, keyPattern: string): Promise<str
 }
 
 /** CPU seconds (user + system) a process has used so far; NaN where /proc is not available. */
-function processCpuSeconds(pid: number | undefined): number {
+export function processCpuSeconds(pid: number | undefined): number {
   try {
     const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
     return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;

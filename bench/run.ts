@@ -8,6 +8,7 @@ import { renderChart } from './chart.js';
 import { decisionsPlannedSeconds, decisionsStep } from './decisions-step.js';
 import { httpPlannedSeconds, httpStep } from './http-step.js';
 import { instructionsPlannedSeconds, instructionsStep, renderInstructions } from './instructions-step.js';
+import { LEASES_ALGORITHMS, leasesPlannedSeconds, leasesStep, renderLeases, renderLeasesChart } from './leases-step.js';
 import { failureModePlannedSeconds, failureModeStep, renderFailureMode } from './failure-mode-step.js';
 import { elapsed, HERE, liveChildren, planSeconds, progress, startedAt, stopChild } from './processes.js';
 import { promisePlannedSeconds, promiseStep } from './promise-step.js';
@@ -47,19 +48,27 @@ import { targets } from './targets.js';
  * BENCH_ONLY=failure-mode: the default failureMode ('local') beside 'open', with a healthy Redis and with
  * none listening (see failure-mode-step.ts); not in the default run. Run alone it writes
  * <date>-failure-mode.{json,md} (BENCH_OUT=<name>: <name>-failure-mode.*).
+ * BENCH_ONLY=leases: one hot key, 4 app processes per variant, ours leased (lease: true) beside ours exact, the
+ * reference script and rate-limiter-flexible (see leases-step.ts); in the default run (about a minute). It writes
+ * <date>-leases.{json,md,svg} (BENCH_OUT=<name>: <name>-leases.*); run alone, only those.
  * BENCH_PROFILE=<variant> starts that HTTP variant with --cpu-prof (profiles in .bench-tmp/profiles).
  */
 
 const ROOT = resolve(HERE, '../..');
 const RESULTS_DIR = join(ROOT, 'bench', 'results');
 const RUN_PREFIX = `rl-bench:${randomUUID().slice(0, 8)}:`;
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'http,decisions,promise').split(',').map((s) => s.trim()));
-/** The steps of the default run; 'instructions' and 'starved' run only when BENCH_ONLY names them, and write files of their own. */
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'http,decisions,promise,leases').split(',').map((s) => s.trim()));
+/**
+ * The steps of the default run whose figures go into <date>.*; 'leases' runs by default too but writes files of its own,
+ * and 'instructions', 'starved', 'acquire' and 'failure-mode' run only when BENCH_ONLY names them, and write files of their own.
+ */
 const MAIN_STEPS = ['http', 'decisions', 'promise'];
-const UNKNOWN_STEP = [...ONLY].find((step) => ![...MAIN_STEPS, 'instructions', 'starved', 'acquire', 'failure-mode'].includes(step));
+const UNKNOWN_STEP = [...ONLY].find(
+  (step) => ![...MAIN_STEPS, 'leases', 'instructions', 'starved', 'acquire', 'failure-mode'].includes(step),
+);
 if (UNKNOWN_STEP !== undefined)
   throw new Error(
-    `BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, instructions, starved, acquire, failure-mode)`,
+    `BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, leases, instructions, starved, acquire, failure-mode)`,
   );
 const EXTERNAL_REDIS = process.env.BENCH_REDIS_URL;
 
@@ -93,6 +102,7 @@ function plan(): number {
   if (ONLY.has('http')) seconds += httpPlannedSeconds();
   if (ONLY.has('decisions')) seconds += decisionsPlannedSeconds();
   if (ONLY.has('promise')) seconds += promisePlannedSeconds();
+  if (ONLY.has('leases')) seconds += leasesPlannedSeconds();
   if (ONLY.has('instructions')) seconds += instructionsPlannedSeconds();
   if (ONLY.has('starved')) seconds += starvedPlannedSeconds();
   if (ONLY.has('acquire')) seconds += acquirePlannedSeconds();
@@ -155,6 +165,7 @@ async function main(): Promise<void> {
   );
   const cpu = cpus();
   let acquire: Awaited<ReturnType<typeof acquireStep>> | undefined;
+  let leases: Awaited<ReturnType<typeof leasesStep>> | undefined;
   let failureMode: Awaited<ReturnType<typeof failureModeStep>> | undefined;
   const results: BenchResults = {
     schema: 2,
@@ -202,6 +213,7 @@ async function main(): Promise<void> {
       }
     }
     if (ONLY.has('promise')) results.promise = await promiseStep(RUN_PREFIX);
+    if (ONLY.has('leases')) leases = await leasesStep(redis, RUN_PREFIX);
     if (ONLY.has('acquire')) acquire = await acquireStep(redis, RUN_PREFIX);
     if (ONLY.has('failure-mode')) failureMode = await failureModeStep(RUN_PREFIX);
     // After the load steps, which its valgrind processes would disturb.
@@ -218,6 +230,23 @@ async function main(): Promise<void> {
   results.machine.loadAverageAtEnd = loadavg().map((n) => round(n, 2));
   results.durationSeconds = round((Date.now() - startedAt) / 1000, 1);
   mkdirSync(RESULTS_DIR, { recursive: true });
+  const machineLine = `Machine: ${results.machine.cpu} × ${results.machine.cores}, ${results.machine.os}, Node ${results.machine.node}, Redis ${results.machine.redis} (${results.machine.redisServer}), load average ${results.machine.loadAverageAtStart.join(' ')} at the start, ${results.machine.loadAverageAtEnd.join(' ')} at the end. ${results.machine.note}`;
+  if (leases) {
+    const leasesBase = join(RESULTS_DIR, `${process.env.BENCH_OUT ?? results.date}-leases`);
+    const m = results.machine;
+    const footer = `${results.date} · ${m.cpu}, ${m.cores} cores · ${m.os} · Node ${m.node} · Redis ${m.redis} (${m.redisServer}) · apps, Redis and load generator on the same machine`;
+    writeFileSync(
+      `${leasesBase}.json`,
+      `${JSON.stringify({ machine: results.machine, algorithms: LEASES_ALGORITHMS, ...leases }, null, 2)}\n`,
+    );
+    writeFileSync(`${leasesBase}.svg`, renderLeasesChart(leases, footer));
+    const markdown = `${renderLeases(leases, '#', `${basename(leasesBase)}.svg`)}\n${machineLine}\n`;
+    writeFileSync(`${leasesBase}.md`, markdown);
+    console.log('');
+    console.log(markdown);
+    console.log(`wrote ${relative(ROOT, leasesBase)}.{json,md,svg}`);
+    if (!MAIN_STEPS.some((step) => ONLY.has(step)) && !failureMode && !acquire && !results.instructions && !results.starved) return;
+  }
   if (failureMode) {
     const failureModeBase = join(RESULTS_DIR, `${process.env.BENCH_OUT ?? results.date}-failure-mode`);
     writeFileSync(`${failureModeBase}.json`, `${JSON.stringify({ machine: results.machine, ...failureMode }, null, 2)}\n`);

@@ -236,3 +236,22 @@ export const FAILURE_MODE = {
   capacity: 10,
   refillPerSecond: 1,
 };
+
+/**
+ * The leases step (issue 35, item 3): one hot key, `processes` app processes (leases-app.ts: one route
+ * per variant, every request from 127.0.0.1, so one bucket per route for all the processes; capacity and
+ * refill 1e9 so that every decision is allowed and the figures are the cost of deciding). Per variant and round:
+ * `warmupSeconds`, then `seconds` saturated (`connections` autocannon connections per process), then
+ * `rateWarmupSeconds` and `rateSeconds` at a fixed `rate` of requests per second over all processes
+ * (the latency figures). In the default run with one round; BENCH_ONLY=leases runs it alone.
+ */
+export const LEASES = {
+  rounds: numberFromEnv('BENCH_LEASES_ROUNDS', 1),
+  processes: numberFromEnv('BENCH_LEASES_PROCESSES', 4),
+  connections: numberFromEnv('BENCH_LEASES_CONNECTIONS', 16),
+  warmupSeconds: numberFromEnv('BENCH_LEASES_WARMUP_SECONDS', 1),
+  seconds: numberFromEnv('BENCH_LEASES_SECONDS', 4),
+  rate: numberFromEnv('BENCH_LEASES_RATE', 1_000),
+  rateWarmupSeconds: numberFromEnv('BENCH_LEASES_RATE_WARMUP_SECONDS', 0.5),
+  rateSeconds: numberFromEnv('BENCH_LEASES_RATE_SECONDS', 3),
+};
