@@ -123,6 +123,22 @@ describe('leased policies', () => {
     expect(Number(after.tokens)).toBeGreaterThanOrEqual(Number(held.tokens) + 1);
   }, 30_000);
 
+  it('gives the unspent tokens of a lease back shortly before it ends when the traffic stops, without a close', async () => {
+    const keyPrefix = testPrefix('leases-cold');
+    const { url } = await start(keyPrefix);
+    await load(url, '/leased/hot', 2_000, 32);
+    const key = `${keyPrefix}{id:everyone}:hot`;
+    const held = await client.hgetall(key);
+    const lease = Object.keys(held).find((f) => f.startsWith('l:'));
+    expect(lease).toBeDefined();
+    // The lease lives 500 ms (the default); its tokens go back 100 ms before its end.
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    const after = await client.hgetall(key);
+    expect(Object.keys(after).filter((f) => f.startsWith('l:'))).toEqual([]);
+    expect(after.o).toBeUndefined();
+    expect(Number(after.tokens)).toBeGreaterThanOrEqual(Number(held.tokens) + Number(held[lease!].split(':')[0]) - 1);
+  }, 30_000);
+
   it('puts a refunded decision back into the lease: refunds of failures cost nothing and no call', async () => {
     const keyPrefix = testPrefix('leases-refund');
     const { url } = await start(keyPrefix);

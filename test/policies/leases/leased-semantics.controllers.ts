@@ -7,26 +7,26 @@ import { RateLimit, RateLimitModule, type RateLimitModuleOptions } from 'nest-re
  */
 @Controller('sem')
 export class LeasedSemanticsController {
-  /** Each request takes 3 tokens of a bucket that hardly refills: at most 400 requests are ever admitted. */
+  /** Each request takes 3 tokens of a bucket that hardly refills: at most 1,000 requests are ever admitted. */
   @Get('cost')
-  @RateLimit({ capacity: 1_200, refillPerSecond: 0.001, cost: 3, name: 'cost', keyBy: () => 'everyone', lease: { maxBatch: 50 } })
+  @RateLimit({ capacity: 3_000, refillPerSecond: 0.001, cost: 3, name: 'cost', keyBy: () => 'everyone', lease: { maxBatch: 50 } })
   cost(): string {
     return 'ok';
   }
 
   /**
-   * Drained under load, after 100 ms or more (a bucket is leased once hot): refusals by the lease's calls
-   * and by exact calls, refilling 1 token per second.
+   * Drained under load (a bucket is leased once hot, after 200 ms of demand: large enough to outlast
+   * that): refusals by the lease's calls and by exact calls, refilling 1 token per second.
    */
   @Get('refuse')
-  @RateLimit({ capacity: 300, refillPerSecond: 1, name: 'refuse', keyBy: () => 'everyone', lease: { maxBatch: 10, lifeMs: 1_000 } })
+  @RateLimit({ capacity: 1_000, refillPerSecond: 1, name: 'refuse', keyBy: () => 'everyone', lease: { maxBatch: 10, lifeMs: 1_000 } })
   refuse(): string {
     return 'ok';
   }
 
   /** Shadow mode: drained through the lease, never refusing. */
   @Get('shadow')
-  @RateLimit({ capacity: 300, refillPerSecond: 1, name: 'shadow', keyBy: () => 'everyone', enforce: false, lease: { maxBatch: 10 } })
+  @RateLimit({ capacity: 1_000, refillPerSecond: 1, name: 'shadow', keyBy: () => 'everyone', enforce: false, lease: { maxBatch: 10 } })
   shadow(): string {
     return 'ok';
   }
@@ -38,9 +38,9 @@ export class LeasedSemanticsController {
     return 'ok';
   }
 
-  /** Shared by two instances on a Cluster: never more than 200 + 20/s admitted. */
+  /** Shared by two instances on a Cluster: never more than 1,000 + 20/s admitted. */
   @Get('small')
-  @RateLimit({ capacity: 200, refillPerSecond: 20, name: 'small', keyBy: () => 'everyone', lease: { lifeMs: 300, maxBatch: 20 } })
+  @RateLimit({ capacity: 1_000, refillPerSecond: 20, name: 'small', keyBy: () => 'everyone', lease: { lifeMs: 300, maxBatch: 20 } })
   small(): string {
     return 'ok';
   }

@@ -60,23 +60,23 @@ describe('leased policies: cost, refusals, shadow mode, analytics, the memory st
   /** The answers' `name` header values as numbers. */
   const header = (answers: readonly Answer[], name: string) => answers.map((a) => Number(a.headers[name]));
 
-  it('spends the whole cost from a lease: 3 tokens per request, never more than 400 of 1,200 tokens admitted', async () => {
+  it('spends the whole cost from a lease: 3 tokens per request, never more than 1,000 of 3,000 tokens admitted', async () => {
     const keyPrefix = testPrefix('leased-cost');
     const { url } = await start(keyPrefix);
     const before = await scriptCalls(client);
     const started = Date.now();
-    const answers = await loader.load(`${url}/sem/cost`, 600, 32);
+    const answers = await loader.load(`${url}/sem/cost`, 1_500, 32);
     const seconds = (Date.now() - started) / 1000;
     const calls = (await scriptCalls(client)) - before;
     const admitted = count(answers, 200);
-    expect(admitted + count(answers, 429)).toBe(600);
-    // 1,200 tokens and 0.001/s: at most 400 requests of cost 3, whatever was leased.
-    expect(admitted).toBeLessThanOrEqual(Math.floor((1_200 + 0.001 * seconds) / 3));
+    expect(admitted + count(answers, 429)).toBe(1_500);
+    // 3,000 tokens and 0.001/s: at most 1,000 requests of cost 3, whatever was leased.
+    expect(admitted).toBeLessThanOrEqual(Math.floor((3_000 + 0.001 * seconds) / 3));
     // Little lost: what a lease held below the cost when the bucket ran dry.
-    expect(admitted).toBeGreaterThanOrEqual(395);
+    expect(admitted).toBeGreaterThanOrEqual(995);
     // Out of Redis: at least the cost of every admitted request (the leases' fields count what they hold, spent or not).
     const tokens = await tokensOf(client, `${keyPrefix}{id:everyone}:cost`);
-    expect(3 * admitted + tokens).toBeLessThanOrEqual(1_200 + 0.001 * seconds + 1e-6);
+    expect(3 * admitted + tokens).toBeLessThanOrEqual(3_000 + 0.001 * seconds + 1e-6);
     // Decided from leases, not one call each.
     expect(takes.spent).toBeGreaterThanOrEqual(100);
     expect(calls).toBeLessThan(admitted);
@@ -90,20 +90,20 @@ describe('leased policies: cost, refusals, shadow mode, analytics, the memory st
     const keyPrefix = testPrefix('leased-refuse');
     const { url } = await start(keyPrefix);
     const started = Date.now();
-    const answers = await loader.load(`${url}/sem/refuse`, 600, 32);
+    const answers = await loader.load(`${url}/sem/refuse`, 1_500, 32);
     const seconds = (Date.now() - started) / 1000;
-    expect(count(answers, 200)).toBeLessThanOrEqual(300 + Math.ceil(seconds));
-    expect(count(answers, 200) + count(answers, 429)).toBe(600);
+    expect(count(answers, 200)).toBeLessThanOrEqual(1_000 + Math.ceil(seconds));
+    expect(count(answers, 200) + count(answers, 429)).toBe(1_500);
     // Some refusals were the lease's (its call found the bucket without the cost), not only exact ones.
     expect(takes.refused).toBeGreaterThan(0);
     const refused = answers.filter((a) => a.status === 429);
-    // 300 tokens, 1 per second, cost 1: nothing remains, the next token comes within a second, the bucket is full within 300 s.
+    // 1,000 tokens, 1 per second, cost 1: nothing remains, the next token comes within a second, the bucket is full within 1,000 s.
     expect(new Set(header(refused, 'retry-after'))).toEqual(new Set([1]));
     expect(new Set(header(refused, 'ratelimit-remaining'))).toEqual(new Set([0]));
-    expect(new Set(header(refused, 'ratelimit-limit'))).toEqual(new Set([300]));
+    expect(new Set(header(refused, 'ratelimit-limit'))).toEqual(new Set([1_000]));
     for (const reset of header(refused, 'ratelimit-reset')) {
       expect(reset).toBeGreaterThanOrEqual(1);
-      expect(reset).toBeLessThanOrEqual(300);
+      expect(reset).toBeLessThanOrEqual(1_000);
     }
   });
 
@@ -121,11 +121,11 @@ describe('leased policies: cost, refusals, shadow mode, analytics, the memory st
         await new Promise((r) => setTimeout(r, 5));
       }
     })();
-    const answers = await loader.load(`${url}/sem/shadow`, 500, 32);
+    const answers = await loader.load(`${url}/sem/shadow`, 1_500, 32);
     loading = false;
     await watching;
     const seconds = (Date.now() - started) / 1000;
-    expect(count(answers, 200)).toBe(500);
+    expect(count(answers, 200)).toBe(1_500);
     // Drained: what a shadow policy would have admitted left the bucket, most of it from leases.
     expect(takes.spent).toBeGreaterThanOrEqual(50);
     expect(leasedSeen).toBeGreaterThan(0);
@@ -137,7 +137,7 @@ describe('leased policies: cost, refusals, shadow mode, analytics, the memory st
   it('counts leased decisions in the analytics as allowed and refused, as exact ones (operations: true)', async () => {
     const keyPrefix = testPrefix('leased-analytics');
     const { app, url } = await start(keyPrefix, { operations: { syncMs: 250 } });
-    const answers = await loader.load(`${url}/sem/refuse`, 400, 32);
+    const answers = await loader.load(`${url}/sem/refuse`, 1_200, 32);
     expect(takes.spent).toBeGreaterThan(0);
     const insights = app.get(RateLimitInsights);
     const expected = { allowed: count(answers, 200), refused: count(answers, 429) };
@@ -149,7 +149,7 @@ describe('leased policies: cost, refusals, shadow mode, analytics, the memory st
         allowed: 0,
         refused: 0,
       });
-      if (counted.allowed + counted.refused >= 400) break;
+      if (counted.allowed + counted.refused >= 1_200) break;
       await new Promise((r) => setTimeout(r, 50));
     }
     expect(counted).toEqual(expected);
@@ -158,7 +158,7 @@ describe('leased policies: cost, refusals, shadow mode, analytics, the memory st
   it('decides exactly on the memory store with lease: the same answers as without', async () => {
     const run = async (options: RateLimitModuleOptions) => {
       const { url } = await start(testPrefix('leased-memory'), { store: 'memory', ...options });
-      const answers = await loader.load(`${url}/sem/cost`, 450, 32);
+      const answers = await loader.load(`${url}/sem/cost`, 1_050, 32);
       return {
         statuses: [count(answers, 200), count(answers, 429)],
         remaining: header(
@@ -176,9 +176,9 @@ describe('leased policies: cost, refusals, shadow mode, analytics, the memory st
     const leased = await run({ lease: true });
     expect(takes).toEqual({ spent: 0, exact: 0, refused: 0 });
     expect(leased).toEqual(exact);
-    // Each of the 400 admitted requests took 3 tokens, each remaining count once: 1,197, 1,194, ..., 0.
-    expect(exact.statuses).toEqual([400, 50]);
+    // Each of the 1,000 admitted requests took 3 tokens, each remaining count once: 2,997, 2,994, ..., 0.
+    expect(exact.statuses).toEqual([1_000, 50]);
     expect(exact.waits).toBe(true);
-    expect(exact.remaining).toEqual(Array.from({ length: 400 }, (_, i) => 3 * i));
+    expect(exact.remaining).toEqual(Array.from({ length: 1_000 }, (_, i) => 3 * i));
   });
 });

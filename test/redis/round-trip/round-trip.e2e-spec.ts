@@ -81,13 +81,6 @@ describe.each(VARIANTS)('one round trip per decision on %s (%s)', (platform, mod
   let log: CommandLog;
   let app: INestApplication;
   let url: string;
-  /**
-   * The tests that cannot hold with leases on (issue 35): a burst of 40 on one bucket that spans a 100 ms
-   * demand window is hot (more than 4 decisions a second at lifeMs 500), so it is leased and takes fewer
-   * than 40 calls; and /rt/single, hit 41 times before, is hot when the SCRIPT FLUSH test asks it again
-   * (one lease.lua EVAL, then no call). Skipped when leased, never weakened.
-   */
-  const exactOnly = mode === 'leased' ? it.skip : it;
   /** What the app sent while it started (the start-up check runs the script once). */
   let startup: { sent: string[]; evalsha: number; eval: number };
 
@@ -133,14 +126,14 @@ describe.each(VARIANTS)('one round trip per decision on %s (%s)', (platform, mod
     expect(first).toEqual({ sent: ['evalsha'], evalsha: 1, eval: 0 });
   });
 
-  exactOnly(`answers ${N} allowed requests on a one-policy route with exactly ${N} EVALSHA and no other command`, async () => {
+  it(`answers ${N} allowed requests on a one-policy route with exactly ${N} EVALSHA and no other command`, async () => {
     let statuses: number[] = [];
     const counted = await measure(async () => (statuses = await hit('/rt/single', N)));
     expect(statuses).toEqual(new Array(N).fill(200));
     expect(counted).toEqual({ sent: new Array(N).fill('evalsha'), evalsha: N, eval: 0 });
   });
 
-  exactOnly(`answers ${N} allowed requests on a two-policy route with exactly ${N} EVALSHA, each draining both buckets`, async () => {
+  it(`answers ${N} allowed requests on a two-policy route with exactly ${N} EVALSHA, each draining both buckets`, async () => {
     let statuses: number[] = [];
     const counted = await measure(async () => (statuses = await hit('/rt/double', N)));
     expect(statuses).toEqual(new Array(N).fill(200));
@@ -152,7 +145,7 @@ describe.each(VARIANTS)('one round trip per decision on %s (%s)', (platform, mod
     }
   });
 
-  exactOnly('decides policies on different identities (IP and API key) in the same single EVALSHA', async () => {
+  it('decides policies on different identities (IP and API key) in the same single EVALSHA', async () => {
     let statuses: number[] = [];
     const counted = await measure(async () => (statuses = await hit('/rt/mixed', N, { 'x-api-key': 'round-trip-key' })));
     expect(statuses).toEqual(new Array(N).fill(200));
@@ -175,7 +168,7 @@ describe.each(VARIANTS)('one round trip per decision on %s (%s)', (platform, mod
     expect(free).toEqual({ sent: [], evalsha: 0, eval: 0 });
   });
 
-  exactOnly('reloads the script once after SCRIPT FLUSH (one refused EVALSHA, one EVAL), then EVALSHA only', async () => {
+  it('reloads the script once after SCRIPT FLUSH (one refused EVALSHA, one EVAL), then EVALSHA only', async () => {
     await client.script('FLUSH');
     let statuses: number[] = [];
     const reload = await measure(async () => (statuses = await hit('/rt/single', 1)));

@@ -55,7 +55,11 @@ interface Held {
   hits: number;
   since: number;
   rate: number;
-  /** The numbers of the last call, for the give-back at close. */
+  /** Windows in a row whose demand was at least HOT_DECISIONS_PER_SECOND. */
+  hot: number;
+  /** Gives the unspent tokens back shortly before the lease ends, when no renewal came first. */
+  timer: NodeJS.Timeout | undefined;
+  /** The numbers of the last call, for the give-backs at the end and at close. */
   capacity: number;
   refillPerSecond: number;
   lifeMs: number;
@@ -67,8 +71,19 @@ interface Spend {
   sends: number;
 }
 
+/** How long before a lease's end its unspent tokens are given back (at most a quarter of its life). */
+const GIVE_BACK_EARLY_MS = 100;
 /** The most lease calls one decision waits for before it is refused (each asks for every waiting decision's cost). */
 const MAX_ROUNDS = 3;
+/**
+ * A bucket is leased only once its demand here has been at least this many decisions per second for
+ * HOT_WINDOWS windows in a row (200 ms; a window holds at least 20 decisions): below it, one call per
+ * decision costs Redis little (200 calls a second are under 1 % of a core), and a burst of up to 40
+ * requests at once stays exact, with the calls and headers of an exact bucket, however slowly it is
+ * answered (the second hot window closes at its 40th decision at the earliest).
+ */
+const HOT_DECISIONS_PER_SECOND = 200;
+const HOT_WINDOWS = 2;
 /** How often the demand per second of a bucket is measured (ms). */
 const RATE_WINDOW_MS = 100;
 /** A batch is at most this fraction of the tokens the bucket held last time: less as it empties. */
@@ -81,11 +96,12 @@ const BATCH_SHARE_OF_LIFE = 0.5;
 /**
  * The leases of this instance (docs/explanation/leases.md): per leased bucket, a batch of tokens taken
  * out of Redis in one call and spent here without a call per decision, until the lease ends. A bucket is
- * leased only while it is hot here (its demand fills a batch larger than one request's cost) and full
- * enough in Redis (a batch is at most a quarter of what it held); otherwise its decisions are exact, one
- * call each, as without leases. A renewal goes out when half a batch is spent, keeping what is left and
- * asking for the rest in the same call. Bounded: at most `maxKeys` buckets are followed (the oldest is
- * forgotten first; its tokens are lost, never over-spent).
+ * leased only while it is hot here (HOT_DECISIONS_PER_SECOND for HOT_WINDOWS windows in a row, and a
+ * batch larger than one request's cost) and full enough in Redis (a batch is at most a quarter of what it
+ * held); otherwise its decisions are exact, one call each, as without leases. A renewal goes out when
+ * half a batch is spent, keeping what is left and asking for the rest in the same call; a lease no
+ * renewal followed gives its tokens back shortly before its end. Bounded: at most `maxKeys` buckets are
+ * followed (the oldest is forgotten first; its tokens are lost, never over-spent).
  */
 export class LeaseBook {
   /** This instance's id in the buckets' lease fields. */
@@ -152,6 +168,7 @@ export class LeaseBook {
     const now = performance.now();
     const calls: Promise<unknown>[] = [];
     for (const [key, held] of this.held) {
+      if (held.timer !== undefined) clearTimeout(held.timer);
       if (held.tokens > 0 && now < held.until) {
         const returned = held.tokens;
         held.tokens = 0;
@@ -226,6 +243,7 @@ export class LeaseBook {
         held.tokens = Math.min(held.tokens, answer.kept) + answer.granted;
         held.until = held.tokens > 0 ? sentAt + lifeMs : 0;
         held.seen = answer.tokens;
+        this.arm(request.key, held);
       },
     );
     held.asking = asking;
@@ -235,8 +253,43 @@ export class LeaseBook {
     asking.then(done, done);
   }
 
+  /**
+   * Sets the give-back of a lease's unspent tokens for shortly before its end (GIVE_BACK_EARLY_MS), so
+   * that a bucket that went cold gets them back instead of losing them; a renewal sets it again. One
+   * timer per live lease, none while nothing is held; it does not keep the process alive.
+   */
+  private arm(key: string, held: Held): void {
+    if (held.timer !== undefined) clearTimeout(held.timer);
+    held.timer = undefined;
+    if (held.tokens <= 0 || this.closed) return;
+    const early = Math.min(GIVE_BACK_EARLY_MS, held.lifeMs / 4);
+    const timer = setTimeout(() => this.expire(key, held), Math.max(0, held.until - early - performance.now()));
+    timer.unref();
+    held.timer = timer;
+  }
+
+  /**
+   * The lease is about to end unspent: what it holds goes back to the bucket in one call. A timer that
+   * fired late (a busy event loop) gives nothing back, the tokens being lost by then, but its call still
+   * clears the ended lease from the hash, so the bucket's exact decisions take the script's fast path again.
+   */
+  private expire(key: string, held: Held): void {
+    held.timer = undefined;
+    if (this.held.get(key) !== held || held.asking !== undefined || held.tokens <= 0) return;
+    const returned = performance.now() < held.until ? held.tokens : 0;
+    held.tokens = 0;
+    held.sends++;
+    const request: BucketRequest = { key, capacity: held.capacity, refillPerSecond: held.refillPerSecond, cost: 0 };
+    this.call(request, { holder: this.holder, kept: 0, returned, want: 0, lifeMs: held.lifeMs }, () => undefined).then(
+      (answer) => (held.seen = answer.tokens),
+      () => undefined,
+    );
+  }
+
   /** The tokens a batch of this bucket should hold now: by the demand here, the capacity and what the bucket held last time. */
   private batchOf(request: BucketRequest, held: Held): number {
+    // Cold (one call per decision, as without leases) until the demand has been hot for HOT_WINDOWS windows in a row.
+    if (held.hot < HOT_WINDOWS) return 0;
     const byDemand = Math.ceil(held.rate * request.lease!.lifeMs * BATCH_SHARE_OF_LIFE * 0.001);
     const most = request.lease!.maxBatch ?? Math.max(1, Math.floor(request.capacity * BATCH_SHARE_OF_CAPACITY));
     const byBucket = Math.floor(held.seen * BATCH_SHARE_OF_BUCKET);
@@ -251,6 +304,8 @@ export class LeaseBook {
       const rate = (held.hits * 1000) / elapsed;
       // A bucket idle for several windows starts from its new demand, not half its old one.
       held.rate = elapsed > 4 * RATE_WINDOW_MS ? rate : (held.rate + rate) / 2;
+      // A window counts as hot when it ended within two windows of its start (no idle gap) at the hot rate.
+      held.hot = rate >= HOT_DECISIONS_PER_SECOND && elapsed < 2 * RATE_WINDOW_MS ? held.hot + 1 : 0;
       held.hits = 0;
       held.since = now;
     }
@@ -262,6 +317,8 @@ export class LeaseBook {
     if (held !== undefined) return held;
     if (this.held.size >= this.maxKeys) {
       const oldest = this.held.keys().next().value as string;
+      const forgotten = this.held.get(oldest)!;
+      if (forgotten.timer !== undefined) clearTimeout(forgotten.timer);
       this.held.delete(oldest);
     }
     held = {
@@ -270,10 +327,12 @@ export class LeaseBook {
       seen: Infinity,
       sends: 0,
       asking: undefined,
+      timer: undefined,
       waiting: 0,
       hits: 0,
       since: performance.now(),
       rate: 0,
+      hot: 0,
       capacity: 0,
       refillPerSecond: 0,
       lifeMs: 0,
