@@ -111,6 +111,8 @@ export interface WorkerOptions {
   platform: Platform;
   /** Shifts `Date.now()` in the worker by this many ms. */
   clockSkewMs?: number;
+  /** The module's `timeoutMs` (default 2,000). */
+  timeoutMs?: number;
 }
 
 /** A running worker app. */
@@ -120,6 +122,8 @@ export interface Worker {
   platform: Platform;
   /** Asks the app to shut down (SIGTERM, shutdown hooks), kills it after 5 s, and waits until it is gone. */
   stop(): Promise<void>;
+  /** Kills the app at once (SIGKILL: no shutdown hook runs) and waits until it is gone. */
+  kill(): Promise<void>;
 }
 
 /** Starts the compiled worker app and resolves when it listens. */
@@ -131,6 +135,7 @@ export function startWorker(entry: string, options: WorkerOptions): Promise<Work
     KEY_PREFIX: options.keyPrefix,
     PLATFORM: options.platform,
     CLOCK_SKEW_MS: String(options.clockSkewMs ?? 0),
+    TIMEOUT_MS: String(options.timeoutMs ?? 2_000),
   };
   // Its own process group, recorded: the run's teardown kills it if the test never stops it.
   const child: ChildProcess = spawnChild(process.execPath, [entry], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -167,7 +172,7 @@ export function startWorker(entry: string, options: WorkerOptions): Promise<Work
       child.unref();
       (child.stdout as unknown as { unref?: () => void }).unref?.();
       (child.stderr as unknown as { unref?: () => void }).unref?.();
-      resolve({ url: ready.url, pid: ready.pid, platform: options.platform, stop });
+      resolve({ url: ready.url, pid: ready.pid, platform: options.platform, stop, kill: () => killChild(child) });
     });
   });
 }

@@ -8,7 +8,7 @@ import { workerAppModule } from './worker.module.js';
 /**
  * A test app in a process of its own, compiled by tsc (constructor injection by type needs the
  * decorator metadata tsc emits). Env: REDIS_URL, KEY_PREFIX, PLATFORM ('express' | 'fastify'),
- * CLOCK_SKEW_MS (shifts Date.now() of this process). Prints one JSON line `{ "url": ... }` when it listens.
+ * CLOCK_SKEW_MS (shifts Date.now() of this process), TIMEOUT_MS (the module's timeoutMs, default 2,000). Prints one JSON line `{ "url": ... }` when it listens.
  */
 const wallClock = Date.now;
 const skew = Number(process.env.CLOCK_SKEW_MS ?? 0);
@@ -18,7 +18,7 @@ const redis = process.env.REDIS_URL;
 const keyPrefix = process.env.KEY_PREFIX;
 if (!redis || !keyPrefix) throw new Error('worker app: REDIS_URL and KEY_PREFIX are required');
 
-const module = workerAppModule(redis, keyPrefix);
+const module = workerAppModule(redis, keyPrefix, Number(process.env.TIMEOUT_MS ?? 2_000));
 const app =
   process.env.PLATFORM === 'fastify'
     ? await NestFactory.create(module, new FastifyAdapter(), { logger: ['error', 'warn'] })
