@@ -77,10 +77,11 @@ const GIVE_BACK_EARLY_MS = 100;
 const MAX_ROUNDS = 3;
 /**
  * A bucket is leased only once its demand here has been at least this many decisions per second for
- * HOT_WINDOWS windows in a row (200 ms; a window holds at least 20 decisions): below it, one call per
- * decision costs Redis little (200 calls a second are under 1 % of a core), and a burst of up to 40
- * requests at once stays exact, with the calls and headers of an exact bucket, however slowly it is
- * answered (the second hot window closes at its 40th decision at the earliest).
+ * HOT_WINDOWS windows in a row (200 ms; a window holds at least 20 decisions), and stays leased while
+ * its windows hold half that: below it, one call per decision costs Redis little (200 calls a second
+ * are under 1 % of a core), and a burst of up to 40 requests at once stays exact, with the calls and
+ * headers of an exact bucket, however slowly it is answered (the second hot window closes at its 40th
+ * decision at the earliest).
  */
 const HOT_DECISIONS_PER_SECOND = 200;
 const HOT_WINDOWS = 2;
@@ -210,7 +211,11 @@ export class LeaseBook {
     // The bucket has the cost when what this instance holds and what Redis has left make it (a cost > 1).
     const has = held.seen + (live ? held.tokens : 0);
     if (has >= request.cost && round < MAX_ROUNDS && !this.closed) {
-      if (held.asking === undefined) this.ask(request, held, Math.max(this.batchOf(request, held), request.cost));
+      if (held.asking === undefined) {
+        // Cold by now (it waited for the give-back of a lease that went cold): decided exactly.
+        if (held.hot < HOT_WINDOWS) return EXACT;
+        this.ask(request, held, Math.max(this.batchOf(request, held), request.cost));
+      }
       return this.wait(request, held, round + 1);
     }
     // A refusal says the bucket lacks the cost, as an exact one does (Retry-After >= 1, fewer than cost
@@ -261,7 +266,7 @@ export class LeaseBook {
   private arm(key: string, held: Held): void {
     if (held.timer !== undefined) clearTimeout(held.timer);
     held.timer = undefined;
-    if (held.tokens <= 0 || this.closed) return;
+    if (held.until === 0 || this.closed) return;
     const early = Math.min(GIVE_BACK_EARLY_MS, held.lifeMs / 4);
     const timer = setTimeout(() => this.expire(key, held), Math.max(0, held.until - early - performance.now()));
     timer.unref();
@@ -269,21 +274,32 @@ export class LeaseBook {
   }
 
   /**
-   * The lease is about to end unspent: what it holds goes back to the bucket in one call. A timer that
-   * fired late (a busy event loop) gives nothing back, the tokens being lost by then, but its call still
-   * clears the ended lease from the hash, so the bucket's exact decisions take the script's fast path again.
+   * The lease is about to end and no renewal came (the bucket went cold here, or its lease was spent and
+   * it is decided exactly now): what it still holds goes back to the bucket in one call, which also
+   * deletes the lease from the hash, so the bucket's exact decisions take the script's fast path again
+   * instead of the general one until the key expires. A timer that fired late (a busy event loop) gives
+   * nothing back, the tokens being lost by then, but its call still deletes the ended lease.
    */
   private expire(key: string, held: Held): void {
     held.timer = undefined;
-    if (this.held.get(key) !== held || held.asking !== undefined || held.tokens <= 0) return;
+    if (this.held.get(key) !== held || held.asking !== undefined || held.until === 0) return;
     const returned = performance.now() < held.until ? held.tokens : 0;
     held.tokens = 0;
+    held.until = 0;
     held.sends++;
     const request: BucketRequest = { key, capacity: held.capacity, refillPerSecond: held.refillPerSecond, cost: 0 };
-    this.call(request, { holder: this.holder, kept: 0, returned, want: 0, lifeMs: held.lifeMs }, () => undefined).then(
-      (answer) => (held.seen = answer.tokens),
-      () => undefined,
+    // In flight like a renewal: a decision meanwhile waits for it, so no lease call of this holder can
+    // run before it in Redis and have its new lease deleted by it (whose tokens would then be refilled).
+    const giving = this.call(request, { holder: this.holder, kept: 0, returned, want: 0, lifeMs: held.lifeMs }, () => undefined).then(
+      (answer) => {
+        held.seen = answer.tokens;
+      },
     );
+    held.asking = giving;
+    const done = () => {
+      if (held.asking === giving) held.asking = undefined;
+    };
+    giving.then(done, done);
   }
 
   /** The tokens a batch of this bucket should hold now: by the demand here, the capacity and what the bucket held last time. */
@@ -304,8 +320,11 @@ export class LeaseBook {
       const rate = (held.hits * 1000) / elapsed;
       // A bucket idle for several windows starts from its new demand, not half its old one.
       held.rate = elapsed > 4 * RATE_WINDOW_MS ? rate : (held.rate + rate) / 2;
-      // A window counts as hot when it ended within two windows of its start (no idle gap) at the hot rate.
-      held.hot = rate >= HOT_DECISIONS_PER_SECOND && elapsed < 2 * RATE_WINDOW_MS ? held.hot + 1 : 0;
+      // A window counts as hot when it ended within two windows of its start (no idle gap) at the hot
+      // rate, or at half of it once the bucket is hot: a demand near the threshold does not flip a
+      // bucket between leased and exact from one window to the next.
+      const threshold = held.hot >= HOT_WINDOWS ? HOT_DECISIONS_PER_SECOND / 2 : HOT_DECISIONS_PER_SECOND;
+      held.hot = rate >= threshold && elapsed < 2 * RATE_WINDOW_MS ? held.hot + 1 : 0;
       held.hits = 0;
       held.since = now;
     }
