@@ -239,8 +239,12 @@ async function paced(urls: string[], path: LeasesVariant, seconds: number, rate:
   return answersOf(ok, non2xx, errors, latencies);
 }
 
-async function phase(redis: Redis, apps: Apps, path: LeasesVariant, seconds: number, rate: number): Promise<LeasesPhase> {
-  const idle = await idleRate(redis);
+/**
+ * One measured phase, straight after its warm-up: `idle` is Redis' idle CPU rate, measured before the
+ * warm-up (a pause between warm-up and phase would let a leased key go cold: after 200 ms without
+ * demand, a bucket is decided exactly until it is hot again).
+ */
+async function phase(redis: Redis, apps: Apps, path: LeasesVariant, seconds: number, rate: number, idle: number): Promise<LeasesPhase> {
   const app0 = apps.pids.map(processCpuSeconds);
   const load0 = process.cpuUsage();
   const cpu0 = await redisCpuSeconds(redis);
@@ -305,10 +309,11 @@ export async function leasesStep(redis: Redis, runPrefix: string): Promise<Lease
       const inRound: LeasesRun[] = [];
       for (const variant of rotate(LEASES_VARIANTS, r)) {
         const t = Date.now();
+        const idle = await idleRate(redis);
         await saturate(apps.urls, variant, LEASES.warmupSeconds);
-        const saturated = await phase(redis, apps, variant, LEASES.seconds, 0);
+        const saturated = await phase(redis, apps, variant, LEASES.seconds, 0, idle);
         if (LEASES.rateWarmupSeconds > 0) await paced(apps.urls, variant, LEASES.rateWarmupSeconds, LEASES.rate);
-        const fixed = await phase(redis, apps, variant, LEASES.rateSeconds, LEASES.rate);
+        const fixed = await phase(redis, apps, variant, LEASES.rateSeconds, LEASES.rate, idle);
         const keys = (await scanKeys(redis, `${prefix}*`)).map((key) => key.slice(runPrefix.length)).sort();
         const run: LeasesRun = { round: r + 1, variant, saturated, fixed, keys, p99AddedMs: { saturated: NaN, fixed: NaN } };
         inRound.push(run);
