@@ -96,7 +96,14 @@ describe('the Redis scripts as .lua files', () => {
 
     it('decide.lua: a header per decision, then each bucket, with a penalty its two numbers more', () => {
       const header = argvLines('decide');
-      expect([...header.keys()]).toEqual(['per decision', 'per bucket', 'per bucket with a penalty', 'last, optional']);
+      expect([...header.keys()]).toEqual([
+        'per decision',
+        'per bucket',
+        'per bucket with a penalty',
+        'per bucket above a floor',
+        'per bucket with a penalty above a floor',
+        'last, optional',
+      ]);
       expect(header.get('last, optional')).toEqual(['now']);
 
       const keys: string[] = [];
@@ -129,6 +136,33 @@ describe('the Redis scripts as .lua files', () => {
           penaltyCost: 203,
         }),
       ]);
+
+      // A take above a floor (a priority's reserve, issue 36): mode 3, each bucket's keep last (0 without one);
+      // a peek or a refund of the same buckets carries no floor.
+      const floored = { ...a, floor: 20.2 };
+      const above: (string | number)[] = [];
+      appendDecision([], above, [floored, b], 'take');
+      expect(above).toEqual([
+        ...expected(header.get('per decision')!, { header: 2 * 8 + 3 }),
+        ...expected(header.get('per bucket above a floor')!, { capacity: 101, refillPerSecond: 102, cost: 103, keep: 20.2 }),
+        ...expected(header.get('per bucket above a floor')!, { capacity: 201, refillPerSecond: 202, cost: 203, keep: 0 }),
+      ]);
+      const both: (string | number)[] = [];
+      appendDecision([], both, [{ ...punished, floor: 5 }], 'take');
+      expect(both).toEqual([
+        ...expected(header.get('per decision')!, { header: 8 + 4 + 3 }),
+        ...expected(header.get('per bucket with a penalty above a floor')!, {
+          capacity: 101,
+          refillPerSecond: 102,
+          cost: 103,
+          blockSeconds: 7,
+          penaltyCost: penaltyCostOf(punished),
+          keep: 5,
+        }),
+      ]);
+      const peeked: (string | number)[] = [];
+      appendDecision([], peeked, [floored], 'peek');
+      expect(peeked).toEqual([8 + 1, 101, 102, 103]);
     });
 
     it('reserve.lua: per batch its count and numbers, then a cost and a longest wait per reservation', () => {

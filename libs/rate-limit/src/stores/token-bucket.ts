@@ -108,6 +108,13 @@ export interface BucketRequest extends BucketPolicy {
    */
   penaltyCost?: number;
   /**
+   * A priority's floor (the policy's `reserve` for the request's level): tokens a take must leave in the
+   * bucket, so it is allowed only when `tokens - floor >= cost`. From 0 to below `capacity`; absent or 0:
+   * none. Takes only: a peek (`dryRun`) and a refund ignore it. A floor never starts a penalty: a take
+   * refused by its floor alone (the bucket had its cost) writes nothing but a repair.
+   */
+  floor?: number;
+  /**
    * Leased mode (the route policy's `lease`): the decision engine may spend a batch this instance leased
    * instead of asking the store (docs/explanation/leases.md). Stores ignore it.
    */
@@ -227,7 +234,7 @@ function secondsUntil(tokens: number, target: number, refillPerSecond: number): 
  * for a bucket that had its tokens when another one refused (it is not what the request waits for);
  * at least 1 for a bucket that refused.
  */
-export function toDecision(policy: BucketPolicy, tokens: number, cost: number, allowed: boolean): BucketDecision {
+export function toDecision(policy: BucketPolicy & { floor?: number }, tokens: number, cost: number, allowed: boolean): BucketDecision {
   // Headers carry these numbers: whatever a store answered, they are integers from 0 to the bounds.
   // Tokens below 0 are a penalty (`blockSeconds`): nothing remains, and the waits count from the real
   // tokens. A penalty withholds at most min(MAX_CAPACITY, MAX_WINDOW_SECONDS * R) tokens (checked at
@@ -238,11 +245,15 @@ export function toDecision(policy: BucketPolicy, tokens: number, cost: number, a
     const floor = -Math.min(MAX_CAPACITY, MAX_WINDOW_SECONDS * policy.refillPerSecond);
     if (tokens < floor) tokens = floor;
   }
+  // A priority's floor: what is left and the wait are those of the request's own level (tokens above its
+  // floor; until the bucket holds floor + cost). The reset stays the bucket's (until full).
+  const floor = policy.floor !== undefined && policy.floor > 0 && policy.floor < policy.capacity ? policy.floor : 0;
+  const above = tokens - floor;
   return {
     allowed,
     limit: policy.capacity,
-    remaining: tokens > 0 ? Math.floor(tokens) : 0,
-    retryAfterSeconds: allowed || tokens >= cost ? 0 : Math.max(1, secondsUntil(tokens, cost, policy.refillPerSecond)),
+    remaining: above > 0 ? Math.floor(above) : 0,
+    retryAfterSeconds: allowed || above >= cost ? 0 : Math.max(1, secondsUntil(above, cost, policy.refillPerSecond)),
     resetSeconds: secondsUntil(tokens, policy.capacity, policy.refillPerSecond),
   };
 }
@@ -277,6 +288,7 @@ export function mergeRepeatedKeys(requests: readonly BucketRequest[]): MergedReq
       };
       if (request.blockSeconds) copy.blockSeconds = request.blockSeconds;
       if (request.penaltyCost !== undefined) copy.penaltyCost = request.penaltyCost;
+      if (request.floor !== undefined) copy.floor = request.floor;
       merged.push(copy);
       return;
     }
@@ -289,6 +301,10 @@ export function mergeRepeatedKeys(requests: readonly BucketRequest[]): MergedReq
     into.refillPerSecond = Math.min(into.refillPerSecond, request.refillPerSecond);
     // The longer penalty of the two (never more lenient than either).
     if ((request.blockSeconds ?? 0) > (into.blockSeconds ?? 0)) into.blockSeconds = request.blockSeconds;
+    // The higher floor of the two, below the smaller capacity.
+    const floor = Math.min(Math.max(into.floor ?? 0, request.floor ?? 0), into.capacity - 1);
+    if (floor > 0) into.floor = floor;
+    else delete into.floor;
     positions[i] = j;
   });
   return { requests: merged, positions };

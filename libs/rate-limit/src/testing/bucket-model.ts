@@ -26,6 +26,11 @@ export interface ModelPolicy {
 export interface ModelRequest extends ModelPolicy {
   key: string;
   cost: number;
+  /**
+   * A priority's floor (docs/guides/priorities.md): tokens a take must leave in the bucket after its cost;
+   * undefined or 0: none. A peek and a refund ignore it.
+   */
+  floor?: number;
 }
 
 /** A stored hash: each field may be absent (undefined) or hold anything that was written there. */
@@ -212,8 +217,11 @@ export class BucketModel {
       stamps.push(ts);
       repaired.push(fixed);
     }
-    // A running penalty refuses every take, whatever the caller's numbers.
-    const allowed = mode === 'refund' || requests.every((r, i) => tokens[i] >= r.cost && running[i] === undefined);
+    // A running penalty refuses every take, whatever the caller's numbers. A floor must be left after the
+    // cost (the guide: "never below its floor"); it never starts a penalty of its own (below: t < cost).
+    const allowed =
+      mode === 'refund' ||
+      requests.every((r, i) => tokens[i] - (mode === 'take' ? (r.floor ?? 0) : 0) >= r.cost && running[i] === undefined);
     const ttlSet = new Array<number | undefined>(n).fill(undefined);
     const written = new Array<boolean>(n).fill(false);
     const after = tokens.slice();

@@ -1,7 +1,7 @@
 import { toDecision, type PenaltyReport } from '../stores/token-bucket.js';
 import type { TakeResult } from '../stores/bucket-store.interface.js';
 import type { ModelOutcome, ModelPolicy, ModelRequest } from './bucket-model.js';
-import type { CostPick } from './scenarios.js';
+import type { CostPick, FloorPick } from './scenarios.js';
 
 /**
  * How a store's reply is compared with the model's, within the documented tolerances: shared by
@@ -86,4 +86,25 @@ export function resolveCost(pick: CostPick, policy: ModelPolicy, tokensNow: numb
     case 'edge':
       return Math.min(policy.capacity, Math.max(0, Math.floor(tokensNow) + pick.delta));
   }
+}
+
+/**
+ * The floor a drawn pick stands for (undefined: none), always from 0 to below the capacity, as a policy's
+ * `reserve` makes it: a share of the capacity, or the tokens held now less the cost plus a delta.
+ */
+export function resolveFloor(pick: FloorPick | undefined, policy: ModelPolicy, tokensNow: number, cost: number): number | undefined {
+  if (pick === undefined) return undefined;
+  const floor = 'share' in pick ? pick.share * policy.capacity : tokensNow - cost + pick.edge;
+  if (!(floor >= 0)) return 0;
+  return floor < policy.capacity ? floor : policy.capacity / 2;
+}
+
+/** A take allowed above its floors left each bucket at least its floor (within the tolerance of `close`). */
+export function checkFloors(lane: string, step: number, result: TakeResult, requests: readonly ModelRequest[]): void {
+  if (!result.allowed) return;
+  requests.forEach((request, i) => {
+    const floor = request.floor ?? 0;
+    if (floor > 0 && result.tokens[i] < floor && !close(result.tokens[i], floor))
+      fail('a take was admitted below its floor', { lane, step, requests, result });
+  });
 }

@@ -29,9 +29,17 @@ export type CostPick =
   /** floor(tokens the model holds now) + delta: probes the drain boundary at every scale. */
   | { kind: 'edge'; delta: -1 | 0 | 1 };
 
+/**
+ * A priority's floor (`BucketRequest.floor`): a `share` of the capacity (what a policy's `reserve` makes),
+ * or the tokens the model holds now less the cost, plus `delta` (probes `tokens - floor >= cost` exactly).
+ */
+export type FloorPick = { share: number } | { edge: -1 | 0 | 1 };
+
 export interface Bucket {
   k: number;
   cost: CostPick;
+  /** Drawn only with priorities (`scenarioArb`'s third argument); absent: no floor. */
+  floor?: FloorPick;
   /** -1: the key's own policy; 0 or 1: one of two other policies (another caller on the same bucket). */
   alt: number;
 }
@@ -145,6 +153,26 @@ const bucketsArb: fc.Arbitrary<Bucket[]> = fc.uniqueArray(
   { minLength: 1, maxLength: KEYS, selector: (bucket) => bucket.k },
 );
 
+const floorArb: fc.Arbitrary<FloorPick | undefined> = fc.oneof(
+  { weight: 2, arbitrary: fc.constant(undefined) },
+  { weight: 2, arbitrary: fc.constantFrom(0, 0.2, 0.5, 0.999).map((share) => ({ share })) },
+  { weight: 2, arbitrary: fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }).map((share) => ({ share })) },
+  { weight: 4, arbitrary: fc.constantFrom(-1, 0, 1).map((delta) => ({ edge: delta as -1 | 0 | 1 })) },
+);
+
+/** The buckets of a decision with priorities: each may carry a floor (a request at a level with a reserve). */
+const flooredBucketsArb: fc.Arbitrary<Bucket[]> = fc.uniqueArray(
+  fc
+    .record({
+      k: fc.integer({ min: 0, max: KEYS - 1 }),
+      cost: costArb,
+      alt: fc.oneof({ weight: 12, arbitrary: fc.constant(-1) }, { weight: 1, arbitrary: fc.integer({ min: 0, max: 1 }) }),
+      floor: floorArb,
+    })
+    .map(({ floor, ...bucket }) => (floor === undefined ? bucket : { ...bucket, floor })),
+  { minLength: 1, maxLength: KEYS, selector: (bucket) => bucket.k },
+);
+
 const msArb = fc.oneof(
   fc.constantFrom(0, 1, 2, 999, 1000, 1001),
   fc.integer({ min: 0, max: 5000 }),
@@ -217,11 +245,12 @@ export function reservationWait(maxWait: number, bound: number): number {
  * The operations of a sequence; `damage`: also damage written into a stored bucket (only a lane that can
  * reach its state); `reservations`: also reservations and their give-backs (acquire and an aborted wait).
  */
-function opArb(damage: boolean, reservations = false): fc.Arbitrary<Op> {
+function opArb(damage: boolean, reservations = false, priorities = false): fc.Arbitrary<Op> {
+  const decided = priorities ? flooredBucketsArb : bucketsArb;
   const ops: fc.WeightedArbitrary<Op>[] = [
-    { weight: 12, arbitrary: bucketsArb.map((buckets) => ({ op: 'take' as const, buckets })) },
-    { weight: 2, arbitrary: bucketsArb.map((buckets) => ({ op: 'peek' as const, buckets })) },
-    { weight: 2, arbitrary: bucketsArb.map((buckets) => ({ op: 'refund' as const, buckets })) },
+    { weight: 12, arbitrary: decided.map((buckets) => ({ op: 'take' as const, buckets })) },
+    { weight: 2, arbitrary: decided.map((buckets) => ({ op: 'peek' as const, buckets })) },
+    { weight: 2, arbitrary: decided.map((buckets) => ({ op: 'refund' as const, buckets })) },
     {
       weight: 1,
       arbitrary: fc.record({ op: fc.constant('reset' as const), k: fc.integer({ min: 0, max: KEYS - 1 }), remote: fc.boolean() }),
@@ -258,12 +287,14 @@ function opArb(damage: boolean, reservations = false): fc.Arbitrary<Op> {
 
 /**
  * Sequences of up to 60 operations over KEYS keys, each with its policy, and two other policies that
- * sometimes use the same buckets; `reservations`: with reservations and aborted waits among them.
+ * sometimes use the same buckets; `reservations`: with reservations and aborted waits among them;
+ * `priorities`: takes, peeks and refunds whose buckets may carry a floor (without it, the draws of a
+ * seed are what they always were).
  */
-export function scenarioArb(damage: boolean, reservations = false): fc.Arbitrary<Scenario> {
+export function scenarioArb(damage: boolean, reservations = false, priorities = false): fc.Arbitrary<Scenario> {
   return fc.record({
     policies: fc.array(policyArb, { minLength: KEYS, maxLength: KEYS }),
     alternatives: fc.array(policyArb, { minLength: 2, maxLength: 2 }),
-    ops: fc.array(opArb(damage, reservations), { minLength: 1, maxLength: 60, size: 'max' }),
+    ops: fc.array(opArb(damage, reservations, priorities), { minLength: 1, maxLength: 60, size: 'max' }),
   });
 }

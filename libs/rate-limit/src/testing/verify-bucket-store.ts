@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import type { BucketStore } from '../stores/bucket-store.interface.js';
 import { BucketModel, type ModelRequest } from './bucket-model.js';
 import { KEYS, MAX_NOW, reservationBound, reservationWait, type Scenario, scenarioArb, T0 } from './scenarios.js';
-import { compareResult, fail, resolveCost } from './compare.js';
+import { checkFloors, compareResult, fail, resolveCost, resolveFloor } from './compare.js';
 
 export interface VerifyBucketStoreOptions {
   /** Random sequences to run. Default 100. */
@@ -16,6 +16,11 @@ export interface VerifyBucketStoreOptions {
    * wait), for a store that implements `BucketStore` rule 9. Default false.
    */
   reservations?: boolean;
+  /**
+   * Also draw floors (`BucketRequest.floor`, a priority's reserve) on takes, peeks and refunds, for a store
+   * that implements them: a store used by routes or `BucketService` calls with a priority must. Default false.
+   */
+  priorities?: boolean;
 }
 
 /** Added to a bucket's TTL before it counts as possibly expired in real time. */
@@ -97,10 +102,13 @@ export async function verifyBucketStore(store: BucketStore, options: VerifyBucke
           if (expected.ttlSet !== undefined)
             realExpiry.set(request.key, Math.max(realExpiry.get(request.key) ?? -Infinity, sent + expected.ttlSet));
         } else if (op.op !== 'corrupt') {
-          const requests: ModelRequest[] = op.buckets.map(({ k, cost, alt }) => {
+          const requests: ModelRequest[] = op.buckets.map(({ k, cost, alt, floor }) => {
             const policy = alt < 0 ? policies[k] : alternatives[alt];
             const held = model.decide([{ key: keys[k], ...policy, cost: 0 }], 'peek', now, true).tokens[0];
-            return { key: keys[k], ...policy, cost: resolveCost(cost, policy, held) };
+            const request: ModelRequest = { key: keys[k], ...policy, cost: resolveCost(cost, policy, held) };
+            const kept = resolveFloor(floor, policy, held, request.cost);
+            if (kept !== undefined) request.floor = kept;
+            return request;
           });
           const realNow = performance.now();
           const gone = requests
@@ -117,6 +125,7 @@ export async function verifyBucketStore(store: BucketStore, options: VerifyBucke
           const result = await store.take(requests, { now, dryRun: op.op === 'peek', refund: op.op === 'refund' });
           const expected = model.decide(requests, op.op, now);
           compareResult('store', step, result, expected, requests, true);
+          if (op.op === 'take') checkFloors('store', step, result, requests);
           requests.forEach((r, i) => {
             const ttl = expected.ttlSet[i];
             if (ttl !== undefined) realExpiry.set(r.key, Math.max(realExpiry.get(r.key) ?? -Infinity, sent + ttl));
@@ -127,10 +136,13 @@ export async function verifyBucketStore(store: BucketStore, options: VerifyBucke
       await store.delete(keys).catch(() => undefined);
     }
   };
-  const details = await fc.check(fc.asyncProperty(scenarioArb(false, options.reservations === true), scenario), {
-    numRuns: options.runs ?? 100,
-    ...(options.seed === undefined ? {} : { seed: options.seed }),
-  });
+  const details = await fc.check(
+    fc.asyncProperty(scenarioArb(false, options.reservations === true, options.priorities === true), scenario),
+    {
+      numRuns: options.runs ?? 100,
+      ...(options.seed === undefined ? {} : { seed: options.seed }),
+    },
+  );
   if (!details.failed) return;
   // The rule broken first, then fast-check's report (seed, path and the shrunk sequence to replay it). A test's
   // failure report, thrown into the caller's test runner: not a library error, so no code.

@@ -102,8 +102,11 @@ export class MemoryBucketStore implements BucketStore {
       repair(state, now, requests[i].blockSeconds ?? 0, requests[i].refillPerSecond, ends[i] !== undefined),
     );
     const tokens = requests.map((request, i) => refill(states[i], request, now));
-    // A running penalty refuses every take, whatever the numbers of the caller.
-    const allowed = options.refund === true || requests.every((request, i) => tokens[i] >= request.cost && ends[i] === undefined);
+    // A running penalty refuses every take, whatever the numbers of the caller; a take's floor (a
+    // priority's reserve) must be left after its cost.
+    const floors = options.dryRun === true ? undefined : requests.map(floorOf);
+    const allowed =
+      options.refund === true || requests.every((request, i) => tokens[i] - (floors?.[i] ?? 0) >= request.cost && ends[i] === undefined);
     // What a refused take is told depends on the penalties that ran when it was decided, not on one it starts.
     const running = allowed ? ends : ends.slice();
     const result = (): TakeResult & PenaltyReport => {
@@ -253,6 +256,18 @@ export class MemoryBucketStore implements BucketStore {
       if (bucket.expiresAt <= now || bucket.fullAt <= now) this.buckets.delete(key);
     }
   }
+}
+
+/** The tokens a take must leave in the bucket (`BucketRequest.floor`), checked as the script checks it. */
+function floorOf(request: BucketRequest): number {
+  const floor = request.floor;
+  if (floor === undefined || floor === 0) return 0;
+  if (!(floor >= 0 && floor < request.capacity))
+    throw new RateLimitError(
+      'ERR_RATE_LIMIT_STORE_CONTRACT',
+      `MemoryBucketStore: floor must be from 0 to below the capacity (got ${JSON.stringify(floor)} for ${request.key})`,
+    );
+  return floor;
 }
 
 /** One atomic call drains each bucket once: a key given twice would be drained once for two costs. */

@@ -21,6 +21,7 @@ import {
   decodeOne,
   decodeLease,
   decodeReserve,
+  hasFloor,
   hasPenalty,
   type LeaseAnswer,
   type LeaseAsk,
@@ -254,7 +255,7 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
     extra?: DecisionExtra,
   ): Promise<Result> {
     if (extra !== undefined) return this.sendExtra(requests[0], now, sent, extra);
-    if (requests.length === 1 && !hasPenalty(requests)) {
+    if (requests.length === 1 && !hasPenalty(requests) && !(mode === 'take' && hasFloor(requests))) {
       // The usual call: one bucket, one integer back.
       if (this.diagnostics !== undefined && this.client.status !== 'ready') {
         return Promise.reject(this.diagnostics.notConnected());

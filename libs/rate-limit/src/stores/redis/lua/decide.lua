@@ -1,4 +1,4 @@
--- decide.lua: take, peek or refund: each decision over its buckets, all or none, atomically; several
+-- decide.lua: take, peek, refund or take above a floor: each decision over its buckets, all or none, atomically; several
 -- independent decisions of one event-loop turn in one call (coalescing), each decided on its own, in
 -- order, as if it had been sent alone.
 --
@@ -7,11 +7,14 @@
 --@argv per decision: header
 --@argv per bucket: capacity refillPerSecond cost
 --@argv per bucket with a penalty: capacity refillPerSecond cost blockSeconds penaltyCost
+--@argv per bucket above a floor: capacity refillPerSecond cost keep
+--@argv per bucket with a penalty above a floor: capacity refillPerSecond cost blockSeconds penaltyCost keep
 --@argv last, optional: now
 -- ARGV   per decision its header, n * 8 + (4 when a bucket of it has a penalty) + mode (0 take: drain
---        all or none; 1 peek: write nothing; 2 refund: give the cost back), n its number of buckets;
---        then per bucket its numbers, with a penalty's two after a header with the 4 bit. Last,
---        optionally, now in ms (tests); without it Redis' TIME is the clock.
+--        all or none; 1 peek: write nothing; 2 refund: give the cost back; 3 take above a floor: a take
+--        that must leave each bucket at least its `keep` tokens, a priority's reserve), n its number of
+--        buckets; then per bucket its numbers, with a penalty's two after a header with the 4 bit, and
+--        `keep` last with mode 3. Last, optionally, now in ms (tests); without it Redis' TIME is the clock.
 -- Reply  one decision over one bucket without a penalty (the usual call): one integer, the bucket's
 --        code (code.lua). Otherwise an array, decision after decision: the code of each bucket, then,
 --        with a penalty, per bucket the whole ms the penalty still runs after now (0: none). A decision
@@ -20,7 +23,9 @@
 --        headers do not match its keys and arguments is refused whole, before anything is written.
 --
 -- Invariants
--- - A take drains every bucket of its decision or none; a peek writes nothing; a refund gives the cost
+-- - A take drains every bucket of its decision or none; a take above a floor drains them only when
+--   each keeps its `keep` tokens after its cost (tokens - keep >= cost), and never starts a penalty on
+--   a bucket that had its cost (the floor is that caller's, not the bucket's); a peek writes nothing; a refund gives the cost
 --   back, capped at capacity, except to a bucket below 0 by reservations (other callers' turns are set:
 --   a token given back there would let a window hold more than B + R*t).
 -- - Every argument of a decision is checked, and every value to write computed, before its first write:
@@ -108,11 +113,14 @@ end
 local at, keys, decisions = 1, 0, 0
 while at < nargs do
   local h = tonumber(ARGV[at])
-  if not h or h ~= floor(h) or h < 8 or h % 8 == 3 or h % 8 == 7 then
+  if not h or h ~= floor(h) or h < 8 then
     return redis.error_reply('token-bucket: argument ' .. at .. ' must be a decision header')
   end
   local n = floor(h / 8)
-  if h % 8 >= 4 then at = at + 1 + 5 * n else at = at + 1 + 3 * n end
+  local stride = 3
+  if h % 8 >= 4 then stride = 5 end
+  if h % 4 == 3 then stride = stride + 1 end
+  at = at + 1 + stride * n
   keys = keys + n
   decisions = decisions + 1
 end
@@ -153,12 +161,18 @@ for _ = 1, decisions do
   local n, mode, penalty = floor(h / 8), h % 4, h % 8 >= 4
   local a0, k0 = at + 1, k
   local stride = penalty and 5 or 3
+  -- A take above a floor (mode 3) is a take (mode 0) whose buckets each carry `keep` last.
+  local floored = mode == 3
+  if floored then
+    mode = 0
+    stride = stride + 1
+  end
   at = at + 1 + stride * n
   k = k + n
   if n == 1 then
     -- One bucket: the same steps as below, in locals (no tables per decision).
     local key = KEYS[k0]
-    local cap, rate, cost, block, least = numbers(1, k0, a0, penalty)
+    local cap, rate, cost, block, least, keep = numbers(1, k0, a0, penalty, floored)
     local t, ts, repaired, ends, held, room
     if cap then
       t, ts, repaired, ends, held, room = load(key, cap, rate, block)
@@ -169,7 +183,7 @@ for _ = 1, decisions do
       r = r + 1
       reply[r] = rate
     else
-      local allowed, running = mode == 2 or (t >= cost and not ends), ends
+      local allowed, running = mode == 2 or (t - keep >= cost and not ends), ends
       -- A refund gives nothing back to a bucket below 0 by reservations: other callers' turns are set.
       local gives = allowed and not (mode == 2 and t < 0 and reserved(key, rate) > 0)
       t, ends = settle(key, mode, gives, cap, rate, cost, mode == 2 and 0 or block, least, t, ts, repaired, ends, held, room)
@@ -181,7 +195,7 @@ for _ = 1, decisions do
       end
     end
   else
-    local caps, rates, costs, blocks, leasts = {}, {}, {}, {}, {}
+    local caps, rates, costs, blocks, leasts, keeps = {}, {}, {}, {}, {}, {}
     local problem
     local seen = {}
     for i = 1, n do
@@ -191,12 +205,12 @@ for _ = 1, decisions do
         break
       end
       seen[key] = true
-      local cap, rate, cost, block, least = numbers(i, k0 + i - 1, a0 + stride * (i - 1), penalty)
+      local cap, rate, cost, block, least, keep = numbers(i, k0 + i - 1, a0 + stride * (i - 1), penalty, floored)
       if not cap then
         problem = rate
         break
       end
-      caps[i], rates[i], costs[i], blocks[i], leasts[i] = cap, rate, cost, block, least
+      caps[i], rates[i], costs[i], blocks[i], leasts[i], keeps[i] = cap, rate, cost, block, least, keep
     end
     local tokens, stamps, repaired, ends, held, rooms = {}, {}, {}, {}, {}, {}
     if not problem then
@@ -215,7 +229,7 @@ for _ = 1, decisions do
     else
       local allowed = true
       for i = 1, n do
-        if tokens[i] < costs[i] or ends[i] then allowed = false end
+        if not (tokens[i] - keeps[i] >= costs[i]) or ends[i] then allowed = false end
       end
       if mode == 2 then allowed = true end
       local running = {}

@@ -19,16 +19,29 @@ export type ScriptResult = TakeResult & PenaltyReport;
 /** The mode bits of a decision's header (decide.lua). */
 export const MODE_CODE: Record<TokenBucketMode, number> = { take: 0, peek: 1, refund: 2 };
 
+/** The mode bits of a take above a floor (decide.lua's mode 3: each bucket carries its `keep` last). */
+const TAKE_ABOVE_FLOOR = 3;
+
 /** Adds one decision's header, keys and numbers to a call of decide.lua (see its header). */
 export function appendDecision(keys: string[], argv: (string | number)[], requests: readonly BucketRequest[], mode: TokenBucketMode): void {
   const penalty = hasPenalty(requests);
-  argv.push(requests.length * 8 + (penalty ? 4 : 0) + MODE_CODE[mode]);
+  // Only a take has a floor: a peek and a refund ignore it (BucketRequest.floor).
+  const floored = mode === 'take' && hasFloor(requests);
+  argv.push(requests.length * 8 + (penalty ? 4 : 0) + (floored ? TAKE_ABOVE_FLOOR : MODE_CODE[mode]));
   for (const request of requests) {
     keys.push(request.key);
     argv.push(request.capacity, request.refillPerSecond, request.cost);
     // Anything but absent or 0 goes to the script, which refuses a blockSeconds out of bounds.
     if (penalty) argv.push(request.blockSeconds ?? 0, penaltyCostOf(request));
+    if (floored) argv.push(request.floor ?? 0);
   }
+}
+
+/** Whether a bucket of the decision has a floor (`BucketRequest.floor`, a priority's reserve): not the usual call. */
+export function hasFloor(requests: readonly BucketRequest[]): boolean {
+  // Anything but absent or 0 goes to the script, which refuses a floor out of bounds.
+  for (const request of requests) if (request.floor !== undefined && request.floor !== 0) return true;
+  return false;
 }
 
 export function hasPenalty(requests: readonly BucketRequest[]): boolean {

@@ -1,8 +1,9 @@
 -- numbers.lua: the numbers of bucket i of a decision (key k, its arguments from position a): capacity,
--- refill per second, cost and, with `penalty`, blockSeconds and the penalty cost; answers them with the
--- lowest tokens a penalty leaves (penalty cost - blockSeconds * refill; 0 without a penalty), or nil
--- and why they are refused (`refused` of bucket.lua).
-local function numbers(i, k, a, penalty)
+-- refill per second, cost and, with `penalty`, blockSeconds and the penalty cost, and with `floored`
+-- the tokens a take must leave (`keep`, from 0 to below the capacity); answers them with the lowest
+-- tokens a penalty leaves (penalty cost - blockSeconds * refill; 0 without a penalty) and keep (0
+-- without a floor), or nil and why they are refused (`refused` of bucket.lua).
+local function numbers(i, k, a, penalty, floored)
   local cap, rate, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local why
   --@include check-bucket
@@ -20,5 +21,12 @@ local function numbers(i, k, a, penalty)
     end
     least = pcost - block * rate
   end
-  return cap, rate, cost, block, least
+  local keep = 0
+  if floored then
+    keep = tonumber(ARGV[a + (penalty and 5 or 3)])
+    if not keep or not (keep >= 0) or not (keep < cap) then
+      return nil, refused(i, k, 'keep must be from 0 to below the capacity')
+    end
+  end
+  return cap, rate, cost, block, least, keep
 end
