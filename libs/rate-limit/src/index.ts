@@ -18,11 +18,14 @@ export type {
   LeaseOptions,
   PolicyNumber,
   PolicyPhase,
+  PriorityLevel,
+  PriorityOption,
   RateLimitIdentity,
   RateLimitPolicy,
   RateLimitPolicyOptions,
   RateLimitResolver,
   RefundOn,
+  ReserveOption,
   ResolvedLimits,
   Verdict,
   VerdictSource,
@@ -30,7 +33,7 @@ export type {
 export type { DecisionOutcome, RateLimitDecisionEvent } from './events/rate-limit-events.js';
 export { RateLimit } from './decorators/rate-limit.decorator.js';
 export { SkipRateLimit } from './decorators/skip-rate-limit.decorator.js';
-export { BucketService, type BucketEntry } from './bucket/bucket.service.js';
+export { BucketService, type BucketEntry, type PrioritizedPolicy } from './bucket/bucket.service.js';
 export { RateLimitHealth, type RateLimitIndicator, type RateLimitStatus } from './operations/rate-limit-health.js';
 export { RateLimitInsights, type OperatorChange } from './operations/rate-limit-insights.js';
 export { RateLimitDashboardModule } from './dashboard/rate-limit-dashboard.module.js';

@@ -69,6 +69,24 @@ export interface LeaseSettings {
   maxBatch: number | undefined;
 }
 
+/**
+ * How deep into a bucket a request may go (docs/guides/priorities.md): `critical` may take its last
+ * token, `default` and `sheddable` leave their share of the policy's `reserve`.
+ */
+export type PriorityLevel = 'critical' | 'default' | 'sheddable';
+
+/**
+ * A route policy's priority: one level for every request, or a function of the request (synchronous: an
+ * answer that is not a level, a promise among them, or a throw counts as `'default'`, with a warning).
+ */
+export type PriorityOption = PriorityLevel | ((context: ExecutionContext) => PriorityLevel);
+
+/**
+ * The shares of the capacity kept from the lower levels: a number is the `sheddable` share; `default`
+ * keeps 0 unless set. 0 <= default <= sheddable < 1; `critical` keeps none.
+ */
+export type ReserveOption = number | { sheddable?: number; default?: number };
+
 /** What every route policy may set, besides its numbers. */
 export interface RateLimitPolicyOptions {
   /** Whose bucket: `'ip'` (default), `'user'`, `'apiKey'` or a function of the execution context. */
@@ -96,6 +114,16 @@ export interface RateLimitPolicyOptions {
    * (docs/explanation/leases.md). `true`, `false` or `{ lifeMs?, maxBatch? }`. Default: the module's `lease` (off).
    */
   lease?: LeaseOption;
+  /**
+   * The request's priority: `'critical'`, `'default'` or `'sheddable'`, or a function of the request
+   * (docs/guides/priorities.md). Default `'default'`. Not with `lease`.
+   */
+  priority?: PriorityOption;
+  /**
+   * The shares of the capacity that `sheddable` (a number, or `{ sheddable, default }`) requests must leave
+   * to the levels above them. Default, once `priority` is given: `{ sheddable: 0.2, default: 0 }`.
+   */
+  reserve?: ReserveOption;
 }
 
 /** One `@RateLimit()` policy on a controller or handler: fixed or per-request numbers, or a resolver. */

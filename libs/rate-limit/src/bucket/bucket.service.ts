@@ -4,7 +4,7 @@ import { DecisionEngine, type EngineHealth } from '../engine/decision-engine.js'
 import { RateLimitEvents } from '../events/rate-limit-events.js';
 import { assertRouteIdentity, createDigest, type Digest, type RouteIdentity, serviceKey } from '../keys/identity-keys.js';
 import { RateLimitUnavailableError } from '../errors/rate-limit.errors.js';
-import type { BucketDecision, BucketPolicy, Verdict, VerdictSource } from '../rate-limit.interfaces.js';
+import type { BucketDecision, BucketPolicy, PriorityLevel, ReserveOption, Verdict, VerdictSource } from '../rate-limit.interfaces.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import { BucketStore } from '../stores/bucket-store.interface.js';
@@ -17,11 +17,26 @@ import { type AcquireDecision, WaitingRoom } from './waiting-room.js';
 import { DEFAULT_ACQUIRE_MAX_WAITING } from '../rate-limit.constants.js';
 import { RouteBuckets } from './route-buckets.js';
 import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
+import { compilePriority, floorOf } from './priority-option.js';
+
+/**
+ * A `consume()` / `consumeAll()` policy with a priority (docs/guides/priorities.md): how deep into the
+ * bucket the call may go. `reserve` as on a route policy; default once `priority` is given: 0.2 kept from
+ * `sheddable` calls. `peek()` and `acquire()` take none.
+ */
+export interface PrioritizedPolicy extends BucketPolicy {
+  priority?: PriorityLevel;
+  reserve?: ReserveOption;
+}
+
+/** The keys a policy with a priority adds (consume, consumeAll, refund). */
+const PRIORITY_KEYS: readonly string[] = ['priority', 'reserve'];
 
 /** One bucket in a `consumeAll()` call. */
 export interface BucketEntry {
   name: string;
-  policy: BucketPolicy;
+  /** The bucket's numbers, and optionally the call's `priority` and `reserve` (`PrioritizedPolicy`). */
+  policy: PrioritizedPolicy;
   /** Tokens to take; default 1. */
   cost?: number;
 }
@@ -117,7 +132,7 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
    * Takes `cost` tokens from the bucket `name` if it has them. With `failureMode: 'closed'` a store
    * failure throws `RateLimitUnavailableError`; with `'open'` the decision is allowed as if the bucket were full.
    */
-  async consume(name: string, policy: BucketPolicy, cost = 1): Promise<BucketDecision> {
+  async consume(name: string, policy: PrioritizedPolicy, cost = 1): Promise<BucketDecision> {
     // consumeAll() of one entry, without its arrays and its extra await: this is the hot path of callers.
     const verdict = await this.decide([this.request({ name, policy }, cost, 'consume')]);
     if (verdict.source === 'closed') throw new RateLimitUnavailableError('failureMode is closed');
@@ -157,7 +172,7 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
    * (`allowed` true). With `failureMode: 'closed'` a store failure throws `RateLimitUnavailableError`;
    * with `'open'` nothing is given back and the bucket is reported as full.
    */
-  async refund(name: string, policy: BucketPolicy, cost = 1): Promise<BucketDecision> {
+  async refund(name: string, policy: PrioritizedPolicy, cost = 1): Promise<BucketDecision> {
     const request = this.request({ name, policy }, cost, 'refund');
     const tokens = await this.giveBack([request], 'store');
     if (tokens === undefined) {
@@ -253,14 +268,29 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
     const where = `BucketService bucket "${entry.name}"`;
     const unknown = unknownKeyOf(entry, ENTRY_KEYS, 'the entry');
     if (unknown !== undefined) throw new RateLimitConfigError('ERR_RATE_LIMIT_UNKNOWN_OPTION', `BucketService ${unknown} on ${where}`);
-    assertServicePolicy(entry.policy, where);
-    assertCost(cost, entry.policy.capacity, where, 'BucketService');
-    return {
+    const policy = entry.policy;
+    // A priority: consume() and consumeAll() take it (refund() accepts the same policy and ignores it).
+    const prioritized = typeof policy === 'object' && policy !== null && (policy.priority !== undefined || policy.reserve !== undefined);
+    if (prioritized && (method === 'peek' || method === 'acquire')) {
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_INVALID_POLICY',
+        `BucketService.${method}() takes no priority or reserve (${method === 'peek' ? 'a peek answers for the bucket, whatever the level' : 'a reservation waits in line with every other, whatever the level'}) on ${where}`,
+      );
+    }
+    assertServicePolicy(policy, where, prioritized ? PRIORITY_KEYS : undefined);
+    assertCost(cost, policy.capacity, where, 'BucketService');
+    const request: BucketRequest = {
       key: serviceKey(this.options.keyPrefix, entry.name, this.hash),
-      capacity: entry.policy.capacity,
-      refillPerSecond: entry.policy.refillPerSecond,
+      capacity: policy.capacity,
+      refillPerSecond: policy.refillPerSecond,
       cost,
     };
+    if (prioritized) {
+      const priority = compilePriority(policy.priority, policy.reserve, where, 'BucketService', false)!;
+      const floor = floorOf(priority, priority.level!, policy.capacity);
+      if (floor > 0) request.floor = floor;
+    }
+    return request;
   }
 }
 

@@ -10,11 +10,15 @@ import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import type { HookAnswers } from './hook-answers.js';
 import type { Identities } from './identity.js';
 import type { PolicyNumbers } from './policy-numbers.js';
+import { PriorityLevels } from './priority-level.js';
 import { type Decided, newDecided, NOTHING, type PhaseTake, type RequestState } from './request-state.js';
 import type { RequestVerdicts } from './verdict.js';
 
 /** One phase's policies, decided: what is skipped, whose buckets, with which numbers, and the store's verdict. */
 export class PhaseDecider {
+  /** Requests' priority levels, from each policy's `priority` (issue 36). */
+  private readonly priorities = new PriorityLevels();
+
   constructor(
     private readonly options: ResolvedRateLimitOptions,
     private readonly hooks: HookAnswers,
@@ -82,6 +86,11 @@ export class PhaseDecider {
         penaltyCost: policy.penaltyCost,
         lease: policy.lease,
       });
+      // A priority below critical leaves its reserve: the floor rides with the take, decided in the same call.
+      if (policy.priority !== undefined) {
+        const floor = this.priorities.floorOf(policy.priority, context, policy.scope, policy.capacity);
+        if (floor > 0) into.requests[into.requests.length - 1].floor = floor;
+      }
     }
     if (blocked !== undefined) return this.blocked(enforced, shadow, blocked, enforcedIds, shadowIds, now);
     const hasEnforced = enforced.requests.length > 0;

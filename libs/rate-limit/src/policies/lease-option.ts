@@ -42,12 +42,14 @@ export function resolveLease(option: unknown, where: string, label: string): Lea
  * leased. A lease spends a batch taken with fixed numbers, so per-request numbers cannot apply to it, and
  * a penalty (`blockSeconds`) starts in the bucket on a refusal that a lease never sees.
  */
-export function leaseConflict(policy: { blockSeconds: number; dynamic: unknown }): string | undefined {
+export function leaseConflict(policy: { blockSeconds: number; dynamic: unknown; priority?: unknown }): string | undefined {
   if (policy.blockSeconds > 0) {
     return 'blockSeconds (a penalty starts on a refusal in Redis, and a leased decision is made without asking it)';
   }
   if (policy.dynamic !== undefined) {
     return 'numbers computed per request (a batch is leased with the numbers of its first request)';
   }
+  // A lease spends its batch without the bucket's tokens at hand: it cannot tell a level its floor.
+  if (policy.priority !== undefined) return 'priority or reserve (a leased decision does not see how many tokens the bucket has left)';
   return undefined;
 }

@@ -14,6 +14,7 @@ import { assertBucketPolicy, assertCost, describe } from '../bucket/bucket-polic
 import { type AllKeys, keysOf, unknownKeyOf } from '../unknown-keys.js';
 import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
 import { leaseConflict, resolveLease } from './lease-option.js';
+import { type CompiledPriority, compilePriority } from '../bucket/priority-option.js';
 
 const KEY_BY_NAMES: readonly string[] = ['ip', 'user', 'apiKey'];
 const PHASES: readonly string[] = ['before-guards', 'after-guards'];
@@ -30,6 +31,8 @@ const POLICY_KEYS = keysOf<AllKeys<RateLimitPolicy>>({
   skipIf: true,
   enforce: true,
   lease: true,
+  priority: true,
+  reserve: true,
 });
 
 /** What a policy computes per request instead of fixing at start-up. */
@@ -71,6 +74,8 @@ export interface CompiledPolicy extends BucketPolicy {
   enforce: boolean;
   /** Leased mode (`lease`): undefined, exact (one call per decision). */
   lease: LeaseSettings | undefined;
+  /** The request's priority and the reserve of each level (`priority`, `reserve`); undefined: none (takes to the last token). */
+  priority: CompiledPriority | undefined;
 }
 
 /** What compiling a route policy needs to know of the module options. */
@@ -191,7 +196,8 @@ export function compilePolicy(
   const blockSeconds = policy.blockSeconds ?? 0;
   if (policy.blockSeconds !== undefined) assertBlockSeconds(blockSeconds, numbers, dynamic !== undefined, route, label);
   const lease = policy.lease === undefined ? context.lease : resolveLease(policy.lease, route, label);
-  const conflict = lease === undefined ? undefined : leaseConflict({ blockSeconds, dynamic });
+  const priority = compilePriority(policy.priority, policy.reserve, route, label);
+  const conflict = lease === undefined ? undefined : leaseConflict({ blockSeconds, dynamic, priority });
   if (conflict !== undefined) {
     const whose = policy.lease === undefined ? " (the module's lease applies to it: give it lease: false)" : '';
     throw new RateLimitConfigError(
@@ -213,6 +219,7 @@ export function compilePolicy(
     skipIf,
     enforce: enforce ?? context.enforce ?? true,
     lease,
+    priority,
   };
 }
 
