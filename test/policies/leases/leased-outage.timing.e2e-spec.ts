@@ -44,7 +44,7 @@ describe('a leased bucket while Redis stops answering', () => {
     await app.listen(0, '127.0.0.1');
     const url = `${await app.getUrl()}/sem/hot`;
     // Hot: a batch of 20 leased for 600 ms, renewed while it is spent.
-    await loader.load(url, 600, 8);
+    await loader.load(url, 1_500, 16);
     await new Promise((r) => setTimeout(r, 30)); // the last renewal answered
     const held = leasedIn(await client.hgetall(`${keyPrefix}{id:everyone}:hot`));
     expect(held).toBeGreaterThan(0);

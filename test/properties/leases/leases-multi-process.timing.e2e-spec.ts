@@ -94,12 +94,11 @@ const newTally = (): Tally => ({
 type Phase = 'surge' | 'moderate' | 'gap';
 /**
  * Lanes per process that send in the moderate phase, each pausing this long after each answer: about
- * 400 requests a second per process (under load fewer, but at least the 200 a second that is leased):
- * the bucket hot on every process, each leasing a batch, and draining slowly (four processes send more
- * than its refill of 500 a second, but only for 400 ms: it holds about half of B when the surge comes).
+ * 150 requests a second per process, a few ms apart (hot: leased after 64 in a row), and about the small
+ * bucket's refill (500 a second) for three or four processes: it stays well filled, its leases renewed.
  */
-const MODERATE_LANES = 8;
-const MODERATE_PAUSE_MS = 15;
+const MODERATE_LANES = 4;
+const MODERATE_PAUSE_MS = 25;
 
 /** A promise and what resolves it. */
 function signal(): { promise: Promise<void>; resolve: () => void } {
@@ -438,8 +437,8 @@ describe('leased tokens across four processes (issue 35, item 2)', () => {
       run.phase = 'gap';
       await sleep(GAP_MS);
       run.phase = 'moderate';
-      // Hot after 200 ms of this demand (two windows), leased at the next decision.
-      await sleep(400);
+      // Hot after 64 decisions in a row (about 450-750 ms of this demand), leased from the next one.
+      await sleep(1_000);
       await during();
       await sleep(100);
       run.phase = 'surge';

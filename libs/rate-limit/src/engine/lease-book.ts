@@ -55,8 +55,10 @@ interface Held {
   hits: number;
   since: number;
   rate: number;
-  /** Windows in a row whose demand was at least HOT_DECISIONS_PER_SECOND. */
-  hot: number;
+  /** The decisions in a row, each close enough to the one before (HOT_GAP_MS, or COLD_GAP_MS once hot). */
+  run: number;
+  /** When the last decision came (performance.now()). */
+  last: number;
   /** Gives the unspent tokens back shortly before the lease ends, when no renewal came first. */
   timer: NodeJS.Timeout | undefined;
   /** The numbers of the last call, for the give-backs at the end and at close. */
@@ -76,15 +78,18 @@ const GIVE_BACK_EARLY_MS = 100;
 /** The most lease calls one decision waits for before it is refused (each asks for every waiting decision's cost). */
 const MAX_ROUNDS = 3;
 /**
- * A bucket is leased only once its demand here has been at least this many decisions per second for
- * HOT_WINDOWS windows in a row (200 ms; a window holds at least 20 decisions), and stays leased while
- * its windows hold half that: below it, one call per decision costs Redis little (200 calls a second
- * are under 1 % of a core), and a burst of up to 40 requests at once stays exact, with the calls and
- * headers of an exact bucket, however slowly it is answered (the second hot window closes at its 40th
- * decision at the earliest).
+ * A bucket is leased only once more than HOT_RUN decisions came here in a row, each within HOT_GAP_MS of
+ * the one before; it stays leased while they come within COLD_GAP_MS of each other and its averaged
+ * demand is at least COLD_DECISIONS_PER_SECOND. Below that, one call per decision costs Redis little, and
+ * an identity that sends a request now and then never holds a lease. The count keeps a burst exact: 64
+ * requests at once are decided with the calls and headers of an exact bucket however fast or slowly the
+ * app answers them (the 65th in a row is the first that can be leased), and a burst after a pause starts
+ * a new run. The gaps, not a rate over fixed windows, tell a pause from a busy event loop.
  */
-const HOT_DECISIONS_PER_SECOND = 200;
-const HOT_WINDOWS = 2;
+const HOT_RUN = 64;
+const HOT_GAP_MS = 100;
+const COLD_GAP_MS = 250;
+const COLD_DECISIONS_PER_SECOND = 10;
 /** How often the demand per second of a bucket is measured (ms). */
 const RATE_WINDOW_MS = 100;
 /** A batch is at most this fraction of the tokens the bucket held last time: less as it empties. */
@@ -97,7 +102,7 @@ const BATCH_SHARE_OF_LIFE = 0.5;
 /**
  * The leases of this instance (docs/explanation/leases.md): per leased bucket, a batch of tokens taken
  * out of Redis in one call and spent here without a call per decision, until the lease ends. A bucket is
- * leased only while it is hot here (HOT_DECISIONS_PER_SECOND for HOT_WINDOWS windows in a row, and a
+ * leased only while it is hot here (more than HOT_RUN decisions in a row without a pause, and a
  * batch larger than one request's cost) and full enough in Redis (a batch is at most a quarter of what it
  * held); otherwise its decisions are exact, one call each, as without leases. A renewal goes out when
  * half a batch is spent, keeping what is left and asking for the rest in the same call; a lease no
@@ -213,7 +218,7 @@ export class LeaseBook {
     if (has >= request.cost && round < MAX_ROUNDS && !this.closed) {
       if (held.asking === undefined) {
         // Cold by now (it waited for the give-back of a lease that went cold): decided exactly.
-        if (held.hot < HOT_WINDOWS) return EXACT;
+        if (!isHot(held)) return EXACT;
         this.ask(request, held, Math.max(this.batchOf(request, held), request.cost));
       }
       return this.wait(request, held, round + 1);
@@ -304,27 +309,27 @@ export class LeaseBook {
 
   /** The tokens a batch of this bucket should hold now: by the demand here, the capacity and what the bucket held last time. */
   private batchOf(request: BucketRequest, held: Held): number {
-    // Cold (one call per decision, as without leases) until the demand has been hot for HOT_WINDOWS windows in a row.
-    if (held.hot < HOT_WINDOWS) return 0;
+    // Cold (one call per decision, as without leases) until more than HOT_RUN decisions came in a row.
+    if (!isHot(held)) return 0;
     const byDemand = Math.ceil(held.rate * request.lease!.lifeMs * BATCH_SHARE_OF_LIFE * 0.001);
     const most = request.lease!.maxBatch ?? Math.max(1, Math.floor(request.capacity * BATCH_SHARE_OF_CAPACITY));
     const byBucket = Math.floor(held.seen * BATCH_SHARE_OF_BUCKET);
     return Math.min(byDemand, most, byBucket);
   }
 
-  /** Counts a decision of the bucket, and measures its demand per second once a window has passed. */
+  /** Counts a decision of the bucket in its run, and measures its demand per second once a window has passed. */
   private measure(held: Held, now: number): void {
+    const gap = now - held.last;
+    held.last = now;
+    if (gap >= (isHot(held) ? COLD_GAP_MS : HOT_GAP_MS)) held.run = 0;
+    held.run++;
     held.hits++;
     const elapsed = now - held.since;
     if (elapsed >= RATE_WINDOW_MS) {
       const rate = (held.hits * 1000) / elapsed;
       // A bucket idle for several windows starts from its new demand, not half its old one.
       held.rate = elapsed > 4 * RATE_WINDOW_MS ? rate : (held.rate + rate) / 2;
-      // A window counts as hot when it ended within two windows of its start (no idle gap) at the hot
-      // rate, or at half of it once the bucket is hot: a demand near the threshold does not flip a
-      // bucket between leased and exact from one window to the next.
-      const threshold = held.hot >= HOT_WINDOWS ? HOT_DECISIONS_PER_SECOND / 2 : HOT_DECISIONS_PER_SECOND;
-      held.hot = rate >= threshold && elapsed < 2 * RATE_WINDOW_MS ? held.hot + 1 : 0;
+      if (held.rate < COLD_DECISIONS_PER_SECOND) held.run = 0;
       held.hits = 0;
       held.since = now;
     }
@@ -351,7 +356,8 @@ export class LeaseBook {
       hits: 0,
       since: performance.now(),
       rate: 0,
-      hot: 0,
+      run: 0,
+      last: -Infinity,
       capacity: 0,
       refillPerSecond: 0,
       lifeMs: 0,
@@ -362,6 +368,9 @@ export class LeaseBook {
 }
 
 const EXACT: LeaseTake = { kind: 'exact' };
+
+/** The bucket's demand here has been hot long enough to lease it. */
+const isHot = (held: Held): boolean => held.run > HOT_RUN;
 
 /** What the headers say a leased bucket holds: this instance's tokens and what Redis held at the last call, at most the capacity. */
 function estimate(request: BucketRequest, held: Held): number {
