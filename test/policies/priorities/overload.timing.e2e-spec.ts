@@ -74,8 +74,9 @@ describe('priority reserves under overload', () => {
     expect(sheddable.other).toBe(0);
     expect(critical.length).toBeGreaterThanOrEqual(10);
     expect(critical.filter((status) => status !== 200)).toEqual([]);
-    // Overloaded: several times more sheddable requests refused than the bucket could ever admit.
-    expect(sheddable.refused).toBeGreaterThan(3 * API.refillPerSecond * SECONDS);
+    // Overloaded: more sheddable requests refused than the bucket refilled meanwhile (a demand over twice
+    // the refill; a quiet machine sends ten times more, a busy one, as in a full npm test, about three).
+    expect(sheddable.refused).toBeGreaterThan(API.refillPerSecond * SECONDS);
     // Sheddable never had more than its half of the burst plus the refill: B/2 + R*t.
     expect(sheddable.admitted).toBeLessThanOrEqual(API.capacity / 2 + API.refillPerSecond * elapsed + 1);
     // ... and had most of it: what critical took is all it lost (the reserve stays).
