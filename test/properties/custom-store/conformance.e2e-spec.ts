@@ -72,6 +72,29 @@ describe('verifyBucketStore: the BucketStore conformance suite', () => {
     );
   });
 
+  it('with priorities: true, passes both stores and catches a store that ignores the floor (issue 36)', async () => {
+    const keyPrefix = `${prefix}floors:`;
+    await expect(verifyBucketStore(new MemoryBucketStore(), { runs: 100, seed: 36_002, priorities: true })).resolves.toBeUndefined();
+    await expect(
+      verifyBucketStore(new RedisBucketStore(client, false), { runs: 100, seed: 36_002, priorities: true, keyPrefix }),
+    ).resolves.toBeUndefined();
+    const inner = new MemoryBucketStore();
+    const floorBlind: BucketStore = {
+      remote: false,
+      take: (requests, options) =>
+        inner.take(
+          requests.map(({ floor: _floor, ...request }) => request),
+          options,
+        ),
+      delete: (keys) => inner.delete(keys),
+    };
+    // Without priorities the same store passes: the floors are what it is checked on.
+    await expect(verifyBucketStore(floorBlind, { runs: 100, seed: 36_002 })).resolves.toBeUndefined();
+    await expect(verifyBucketStore(floorBlind, { runs: 100, seed: 36_002, priorities: true })).rejects.toThrow(
+      /^BucketStore conformance: (allowed differs from the model|a take was admitted below its floor): /,
+    );
+  });
+
   it('catches a store whose refund is not capped at capacity', async () => {
     await expect(verifyBucketStore(new UncappedRefundStore(), { runs: 200, seed: 21_003 })).rejects.toThrow(
       /^BucketStore conformance: tokens differ from the model: /,
