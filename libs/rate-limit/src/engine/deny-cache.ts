@@ -111,7 +111,11 @@ export class DenyCache {
       if (this.resets.size > 0 && this.resetSince(request.key, sentAt)) continue;
       const { capacity, refillPerSecond } = request;
       const blockSeconds = request.blockSeconds ?? 0;
-      const tokens = result.tokens[i];
+      // Without a penalty of its own, a bucket below -capacity is so by another caller's penalty (or a
+      // deep queue of reservations): when that penalty ends, the store repairs the tokens to 0 instead of
+      // refilling them from there, so a bound from the told tokens would deny long after the store
+      // allows. Counting from -capacity instead only answers less here (asks the store sooner).
+      const tokens = blockSeconds > 0 ? result.tokens[i] : Math.max(result.tokens[i], -capacity);
       if (!(tokens < capacity)) {
         // A full bucket: nothing to bound.
         this.entries.delete(request.key);
