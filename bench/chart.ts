@@ -350,6 +350,11 @@ export function renderChart(results: BenchResults): string {
   const footer = `${results.date} · ${m.cpu}, ${m.cores} cores, ${m.memoryGb} GB · ${m.os} · Node ${m.node} · Redis ${m.redis} (${m.redisServer}) · app, Redis and load generator on the same machine`;
   blocks.push(`<text x="20" y="${y + 4}" class="note">${escape(footer)}</text>`);
   const height = y + 16;
+  return svgDocument(blocks, height);
+}
+
+/** A chart's blocks in an SVG document of the charts' width and styles, `height` px high. */
+export function svgDocument(blocks: readonly string[], height: number): string {
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${height}" viewBox="0 0 ${WIDTH} ${height}" font-family="-apple-system, Segoe UI, Helvetica, Arial, sans-serif">`,
     '<style>.title{font-size:15px;font-weight:600;fill:#24292f}.sub{font-size:12px;fill:#57606a}.label{font-size:12px;fill:#24292f}.value{font-size:11.5px;fill:#24292f}.note{font-size:11px;fill:#57606a}.target{font-size:11px;fill:#cf222e}</style>',

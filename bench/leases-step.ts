@@ -7,7 +7,7 @@ import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import autocannon from 'autocannon';
 import type { Redis } from 'ioredis';
-import { colorOf, escape, type Line, num, panel, type Row, spreadText, upper } from './chart.js';
+import { colorOf, escape, type Line, num, panel, type Row, spreadText, svgDocument, upper } from './chart.js';
 import { processCpuSeconds } from './http-step.js';
 import { fmt, HERE, progress, rotate, stopChild, track } from './processes.js';
 import { commandStats, redisCpuSeconds, scanKeys, scriptCost } from './redis.js';
@@ -581,8 +581,6 @@ export function renderLeases(result: LeasesResult, heading: string, chart?: stri
   return lines.join('\n');
 }
 
-const WIDTH = 1120;
-
 /** The step's chart: decisions/s, Redis calls per decision, Redis µs per decision, p99 (bars: medians, whiskers: rounds). */
 export function renderLeasesChart(result: LeasesResult, footer: string): string {
   const variants = LEASES_VARIANTS.filter((v) => result.summary[v]);
@@ -652,14 +650,7 @@ export function renderLeasesChart(result: LeasesResult, footer: string): string 
   );
   blocks.push(`<text x="20" y="${y + 4}" class="note">${escape(footer)}</text>`);
   const height = y + 16;
-  return [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${height}" viewBox="0 0 ${WIDTH} ${height}" font-family="-apple-system, Segoe UI, Helvetica, Arial, sans-serif">`,
-    '<style>.title{font-size:15px;font-weight:600;fill:#24292f}.sub{font-size:12px;fill:#57606a}.label{font-size:12px;fill:#24292f}.value{font-size:11.5px;fill:#24292f}.note{font-size:11px;fill:#57606a}.target{font-size:11px;fill:#cf222e}</style>',
-    `<rect width="${WIDTH}" height="${height}" fill="#ffffff"/>`,
-    ...blocks,
-    '</svg>',
-    '',
-  ].join('\n');
+  return svgDocument(blocks, height);
 }
 
 /** The labels the results carry for each variant. */

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { BucketRequest } from '../stores/token-bucket.js';
+import { LeaseDemand } from './lease-demand.js';
 
 /** What a lease call asks (lease.lua's arguments but the bucket's). */
 export interface LeaseAsk {
@@ -51,14 +52,8 @@ interface Held {
   asking: Promise<void> | undefined;
   /** The cost of the decisions waiting for that call. */
   waiting: number;
-  /** Decisions asked of this bucket here since `since`, and the demand per second last measured. */
-  hits: number;
-  since: number;
-  rate: number;
-  /** The decisions in a row, each close enough to the one before (HOT_GAP_MS, or COLD_GAP_MS once hot). */
-  run: number;
-  /** When the last decision came (performance.now()). */
-  last: number;
+  /** The bucket's demand here: hot or not, and its decisions per second. */
+  demand: LeaseDemand;
   /** Gives the unspent tokens back shortly before the lease ends, when no renewal came first. */
   timer: NodeJS.Timeout | undefined;
   /** The numbers of the last call, for the give-backs at the end and at close. */
@@ -77,21 +72,6 @@ interface Spend {
 const GIVE_BACK_EARLY_MS = 100;
 /** The most lease calls one decision waits for before it is refused (each asks for every waiting decision's cost). */
 const MAX_ROUNDS = 3;
-/**
- * A bucket is leased only once more than HOT_RUN decisions came here in a row, each within HOT_GAP_MS of
- * the one before; it stays leased while they come within COLD_GAP_MS of each other and its averaged
- * demand is at least COLD_DECISIONS_PER_SECOND. Below that, one call per decision costs Redis little, and
- * an identity that sends a request now and then never holds a lease. The count keeps a burst exact: 64
- * requests at once are decided with the calls and headers of an exact bucket however fast or slowly the
- * app answers them (the 65th in a row is the first that can be leased), and a burst after a pause starts
- * a new run. The gaps, not a rate over fixed windows, tell a pause from a busy event loop.
- */
-const HOT_RUN = 64;
-const HOT_GAP_MS = 100;
-const COLD_GAP_MS = 250;
-const COLD_DECISIONS_PER_SECOND = 10;
-/** How often the demand per second of a bucket is measured (ms). */
-const RATE_WINDOW_MS = 100;
 /** A batch is at most this fraction of the tokens the bucket held last time: less as it empties. */
 const BATCH_SHARE_OF_BUCKET = 0.25;
 /** Without `maxBatch`, a batch is at most this fraction of the capacity. */
@@ -102,7 +82,7 @@ const BATCH_SHARE_OF_LIFE = 0.5;
 /**
  * The leases of this instance (docs/explanation/leases.md): per leased bucket, a batch of tokens taken
  * out of Redis in one call and spent here without a call per decision, until the lease ends. A bucket is
- * leased only while it is hot here (more than HOT_RUN decisions in a row without a pause, and a
+ * leased only while it is hot here (lease-demand.ts: a run of decisions without a pause, and a
  * batch larger than one request's cost) and full enough in Redis (a batch is at most a quarter of what it
  * held); otherwise its decisions are exact, one call each, as without leases. A renewal goes out when
  * half a batch is spent, keeping what is left and asking for the rest in the same call; a lease no
@@ -132,7 +112,7 @@ export class LeaseBook {
     const held = this.closed ? undefined : this.follow(request.key);
     if (held === undefined) return EXACT;
     const now = performance.now();
-    this.measure(held, now);
+    held.demand.count(now);
     if (held.tokens >= request.cost && now < held.until) return this.spend(request, held);
     if (held.asking !== undefined) return this.wait(request, held, 0);
     if (now >= held.until) held.tokens = 0;
@@ -218,7 +198,7 @@ export class LeaseBook {
     if (has >= request.cost && round < MAX_ROUNDS && !this.closed) {
       if (held.asking === undefined) {
         // Cold by now (it waited for the give-back of a lease that went cold): decided exactly.
-        if (!isHot(held)) return EXACT;
+        if (!held.demand.hot) return EXACT;
         this.ask(request, held, Math.max(this.batchOf(request, held), request.cost));
       }
       return this.wait(request, held, round + 1);
@@ -309,30 +289,12 @@ export class LeaseBook {
 
   /** The tokens a batch of this bucket should hold now: by the demand here, the capacity and what the bucket held last time. */
   private batchOf(request: BucketRequest, held: Held): number {
-    // Cold (one call per decision, as without leases) until more than HOT_RUN decisions came in a row.
-    if (!isHot(held)) return 0;
-    const byDemand = Math.ceil(held.rate * request.lease!.lifeMs * BATCH_SHARE_OF_LIFE * 0.001);
+    // Cold (one call per decision, as without leases) until hot (lease-demand.ts).
+    if (!held.demand.hot) return 0;
+    const byDemand = Math.ceil(held.demand.rate * request.lease!.lifeMs * BATCH_SHARE_OF_LIFE * 0.001);
     const most = request.lease!.maxBatch ?? Math.max(1, Math.floor(request.capacity * BATCH_SHARE_OF_CAPACITY));
     const byBucket = Math.floor(held.seen * BATCH_SHARE_OF_BUCKET);
     return Math.min(byDemand, most, byBucket);
-  }
-
-  /** Counts a decision of the bucket in its run, and measures its demand per second once a window has passed. */
-  private measure(held: Held, now: number): void {
-    const gap = now - held.last;
-    held.last = now;
-    if (gap >= (isHot(held) ? COLD_GAP_MS : HOT_GAP_MS)) held.run = 0;
-    held.run++;
-    held.hits++;
-    const elapsed = now - held.since;
-    if (elapsed >= RATE_WINDOW_MS) {
-      const rate = (held.hits * 1000) / elapsed;
-      // A bucket idle for several windows starts from its new demand, not half its old one.
-      held.rate = elapsed > 4 * RATE_WINDOW_MS ? rate : (held.rate + rate) / 2;
-      if (held.rate < COLD_DECISIONS_PER_SECOND) held.run = 0;
-      held.hits = 0;
-      held.since = now;
-    }
   }
 
   /** The lease of `key`, followed from now on if it was not; the oldest is forgotten when `maxKeys` are. */
@@ -353,11 +315,7 @@ export class LeaseBook {
       asking: undefined,
       timer: undefined,
       waiting: 0,
-      hits: 0,
-      since: performance.now(),
-      rate: 0,
-      run: 0,
-      last: -Infinity,
+      demand: new LeaseDemand(performance.now()),
       capacity: 0,
       refillPerSecond: 0,
       lifeMs: 0,
@@ -368,9 +326,6 @@ export class LeaseBook {
 }
 
 const EXACT: LeaseTake = { kind: 'exact' };
-
-/** The bucket's demand here has been hot long enough to lease it. */
-const isHot = (held: Held): boolean => held.run > HOT_RUN;
 
 /** What the headers say a leased bucket holds: this instance's tokens and what Redis held at the last call, at most the capacity. */
 function estimate(request: BucketRequest, held: Held): number {
