@@ -32,6 +32,11 @@ export type {
 } from './rate-limit.interfaces.js';
 export type { DecisionOutcome, RateLimitDecisionEvent } from './events/rate-limit-events.js';
 export { RateLimit } from './decorators/rate-limit.decorator.js';
+export { ConcurrencyLimit } from './decorators/concurrency-limit.decorator.js';
+export type { ConcurrencyLimitOptions } from './policies/concurrency-option.js';
+export type { ConcurrencySlot, SlotSource } from './bucket/concurrency-slots.js';
+export type { SlotOptions } from './bucket/slot-options.js';
+export type { SlotAnswer, SlotCallOptions, SlotRelease, SlotRequest, SlotStore } from './stores/slots.js';
 export { SkipRateLimit } from './decorators/skip-rate-limit.decorator.js';
 export { BucketService, type BucketEntry, type PrioritizedPolicy } from './bucket/bucket.service.js';
 export { RateLimitHealth, type RateLimitIndicator, type RateLimitStatus } from './operations/rate-limit-health.js';
@@ -76,6 +81,7 @@ export {
   RateLimitTimeoutError,
   RateLimitUnavailableError,
   RateLimitWaitTooLongError,
+  RateLimitConcurrencyError,
 } from './errors/rate-limit.errors.js';
 export { RATE_LIMIT_ERROR_CODES, type RateLimitErrorCode } from './errors/error-codes.js';
 export { RateLimitedEventDropped } from './pipeline/refusals.js';

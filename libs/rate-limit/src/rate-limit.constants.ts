@@ -2,6 +2,8 @@
 export const RATE_LIMIT_POLICIES = 'RATE_LIMIT:POLICIES';
 /** Metadata key set by `@SkipRateLimit()`. */
 export const RATE_LIMIT_SKIP = 'RATE_LIMIT:SKIP';
+/** `@ConcurrencyLimit` metadata: the route's (or class's) concurrency limit. */
+export const RATE_LIMIT_CONCURRENCY = 'RATE_LIMIT:CONCURRENCY';
 /** Static property naming what a class of this library is (`'guard'` or `'interceptor'`), also on subclasses. */
 export const RATE_LIMIT_ENHANCER = Symbol('RATE_LIMIT:ENHANCER');
 /**
@@ -47,4 +49,6 @@ export const HEADERS = {
   policy: 'RateLimit-Policy',
   combined: 'RateLimit',
   retryAfter: 'Retry-After',
+  concurrencyLimit: 'Concurrency-Limit',
+  concurrencyInFlight: 'Concurrency-In-Flight',
 } as const;

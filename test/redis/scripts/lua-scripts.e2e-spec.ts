@@ -13,6 +13,7 @@ import {
   appendLease,
   appendReservations,
 } from '../../../libs/rate-limit/src/stores/redis/lua/script-codec.js';
+import { slotGiveBackArgs, slotTakeArgs } from '../../../libs/rate-limit/src/stores/redis/lua/slot-codec.js';
 import { RedisServer, testPrefix } from '../../support/redis.js';
 
 /**
@@ -54,8 +55,8 @@ describe('the Redis scripts as .lua files', () => {
       readdirSync(LUA)
         .filter((file) => file.endsWith('.lua'))
         .sort(),
-    ).toEqual(['decide.lua', 'give-back.lua', 'lease.lua', 'reserve.lua']);
-    expect(LUA_SCRIPTS.map((script) => script.name)).toEqual(['decide', 'reserve', 'give-back', 'lease']);
+    ).toEqual(['decide.lua', 'give-back.lua', 'lease.lua', 'reserve.lua', 'slot-give-back.lua', 'slot-take.lua']);
+    expect(LUA_SCRIPTS.map((script) => script.name)).toEqual(['decide', 'reserve', 'give-back', 'lease', 'slot-take', 'slot-give-back']);
     const checked = build('--check');
     expect(checked.stderr).toBe('');
     expect(checked.status).toBe(0);
@@ -195,6 +196,22 @@ describe('the Redis scripts as .lua files', () => {
       );
     });
 
+    it('slot-take.lua and slot-give-back.lua: the limit, the holder and the lease; the holder alone', () => {
+      const take = argvLines('slot-take');
+      expect([...take.keys()]).toEqual(['per call', 'last, optional']);
+      expect(take.get('last, optional')).toEqual(['now']);
+      // EVALSHA's numkeys and the key, then the arguments; the holder is text, named by a number the test maps back.
+      const args = slotTakeArgs({ key: 'a', limit: 7, holder: 'h-1', leaseMs: 900 }, 1_800_000_000_000);
+      expect(args.slice(0, 2)).toEqual([1, 'a']);
+      expect(args.slice(2).map((value) => (value === 'h-1' ? -1 : value))).toEqual([
+        ...expected(take.get('per call')!, { limit: 7, holder: -1, leaseMs: 900 }),
+        ...expected(take.get('last, optional')!, { now: 1_800_000_000_000 }),
+      ]);
+      const giveBack = argvLines('slot-give-back');
+      expect([...giveBack.keys()]).toEqual(['per call']);
+      expect(slotGiveBackArgs('a', 'h-1').slice(2)).toEqual(giveBack.get('per call')!.map((name) => (name === 'holder' ? 'h-1' : name)));
+    });
+
     it('give-back.lua: per give-back the numbers and the mark of the reservation', () => {
       const header = argvLines('give-back');
       expect([...header.keys()]).toEqual(['per give-back', 'last, optional']);
@@ -242,7 +259,10 @@ describe('the Redis scripts as .lua files', () => {
         { ...request, key: `${prefix}${key}-leased` },
         { holder: 'h', kept: 0, returned: 0, want: 1, lifeMs: 100 },
       );
-      return { took, reserved, gaveBack, leased };
+      const slot = { key: `${prefix}${key}-slots`, limit: 1, holder: 'h', leaseMs: 1_000 };
+      const slotTaken = await store.takeSlot(slot);
+      const slotGiven = await store.giveBackSlot(slot.key, slot.holder);
+      return { took, reserved, gaveBack, leased, slotTaken, slotGiven };
     }
 
     it('runs each script by its SHA, and loads each again after SCRIPT FLUSH', async () => {
@@ -256,16 +276,20 @@ describe('the Redis scripts as .lua files', () => {
       expect(first.gaveBack.tokens[0]).toBeGreaterThanOrEqual(0);
       expect(first.gaveBack.tokens[0]).toBeLessThan(0.5);
       expect(first.leased).toEqual({ granted: 1, kept: 0, tokens: 1, penaltyMs: 0 });
-      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([1, 1, 1, 1]);
+      expect(first.slotTaken).toEqual({ held: true, inFlight: 1, waitMs: 0 });
+      expect(first.slotGiven).toEqual({ released: true, inFlight: 0 });
+      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([1, 1, 1, 1, 1, 1]);
 
       await client.script('FLUSH');
-      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([0, 0, 0, 0]);
+      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([0, 0, 0, 0, 0, 0]);
       const again = await eachScript('again');
       expect(again.took).toEqual(first.took);
       expect(again.reserved.allowed).toBe(true);
       expect(again.gaveBack.tokens[0]).toBeLessThan(0.5);
       expect(again.leased).toEqual(first.leased);
-      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([1, 1, 1, 1]);
+      expect(again.slotTaken).toEqual(first.slotTaken);
+      expect(again.slotGiven).toEqual(first.slotGiven);
+      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([1, 1, 1, 1, 1, 1]);
     });
   });
 });

@@ -18,6 +18,10 @@ import { DEFAULT_ACQUIRE_MAX_WAITING } from '../rate-limit.constants.js';
 import { RouteBuckets } from './route-buckets.js';
 import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
 import { compilePriority, floorOf } from './priority-option.js';
+import { type ConcurrencySlot, ConcurrencySlots } from './concurrency-slots.js';
+import { type SlotOptions, slotTake } from './slot-options.js';
+import { holdsSlots } from '../stores/slots.js';
+import { RateLimitConcurrencyError } from '../errors/rate-limit.errors.js';
 
 /**
  * A `consume()` / `consumeAll()` policy with a priority (docs/guides/priorities.md): how deep into the
@@ -51,6 +55,8 @@ const ENTRY_KEYS = keysOf<keyof BucketEntry>({ name: true, policy: true, cost: t
 @Injectable()
 export class BucketService implements OnModuleInit, OnModuleDestroy {
   private readonly engine: DecisionEngine;
+  /** Concurrency slots: `takeSlot()`, `withSlot()` and `@ConcurrencyLimit` routes. */
+  readonly slots: ConcurrencySlots;
   /** The calls of `acquire()` waiting for their turn. */
   private readonly room: WaitingRoom;
   /** Digest of bucket names that cannot appear in a key as they are. */
@@ -77,6 +83,7 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
     this.engine = new DecisionEngine(store, options, events);
     this.hash = createDigest(options.secret);
     this.room = new WaitingRoom(this.engine, options.acquireMaxWaiting ?? DEFAULT_ACQUIRE_MAX_WAITING);
+    this.slots = new ConcurrencySlots(this.engine, holdsSlots(store) ? store : undefined);
   }
 
   /**
@@ -97,7 +104,7 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
   async onModuleDestroy(): Promise<void> {
     this.paced.open = false;
     setRunningBucketService(this, false);
-    await this.room.close();
+    await Promise.all([this.room.close(), this.slots.close()]);
     // After the waits: what the leases did not spend goes back to Redis while the connection is open.
     await this.engine.close();
   }
@@ -132,6 +139,43 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
    * Takes `cost` tokens from the bucket `name` if it has them. With `failureMode: 'closed'` a store
    * failure throws `RateLimitUnavailableError`; with `'open'` the decision is allowed as if the bucket were full.
    */
+  /**
+   * A concurrency slot of `name`: held when fewer than `options.limit` are in flight under that name on
+   * every instance (one store call), else refused (`held: false`) at once or after `maxWaitMs`. Give it
+   * back with `release()`, or hold it with `await using`; while held it is renewed every third of its
+   * lease. docs/guides/concurrency.md.
+   */
+  takeSlot(name: string, options: SlotOptions): Promise<ConcurrencySlot> {
+    try {
+      assertBucketName(name, 'takeSlot');
+      return this.slots.take(
+        slotTake(slotKey(serviceKey(this.options.keyPrefix, name, this.hash)), name, options, this.options, 'takeSlot'),
+      );
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /**
+   * Runs `work` in a slot of `name` and gives the slot back when it settles, whatever way. Refused:
+   * rejects with `RateLimitConcurrencyError` (`ERR_RATE_LIMIT_CONCURRENCY_LIMITED`) and `work` never runs;
+   * the store failing under `failureMode: 'closed'`: `RateLimitUnavailableError`.
+   */
+  async withSlot<T>(name: string, options: SlotOptions, work: () => T | Promise<T>): Promise<T> {
+    assertBucketName(name, 'withSlot');
+    const take = slotTake(slotKey(serviceKey(this.options.keyPrefix, name, this.hash)), name, options, this.options, 'withSlot');
+    const slot = await this.slots.take(take);
+    if (!slot.held) {
+      if (slot.source === 'closed') throw new RateLimitUnavailableError('failureMode is closed');
+      throw new RateLimitConcurrencyError(slot.limit, slot.inFlight, slot.retryAfterSeconds, name);
+    }
+    try {
+      return await work();
+    } finally {
+      await slot.release();
+    }
+  }
+
   async consume(name: string, policy: PrioritizedPolicy, cost = 1): Promise<BucketDecision> {
     // consumeAll() of one entry, without its arrays and its extra await: this is the hot path of callers.
     const verdict = await this.decide([this.request({ name, policy }, cost, 'consume')]);
@@ -295,7 +339,12 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
 }
 
 /** The methods of `BucketService` that take a bucket name. */
-type BucketMethod = 'consume' | 'consumeAll' | 'peek' | 'refund' | 'reset' | 'acquire';
+type BucketMethod = 'consume' | 'consumeAll' | 'peek' | 'refund' | 'reset' | 'acquire' | 'takeSlot' | 'withSlot';
+
+/** The slots' key of a name's bucket key (`{prefix}{name}`): `{prefix}{name}!`, a key no bucket has. */
+function slotKey(bucketKey: string): string {
+  return `${bucketKey}!`;
+}
 
 /**
  * A bucket name is a non-empty string. Anything else used to be taken as it was: `undefined` and `5` became the

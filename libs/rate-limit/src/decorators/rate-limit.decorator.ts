@@ -39,7 +39,7 @@ export function RateLimit(
 }
 
 /** Adds an enhancer to the list Nest reads from `target` (as `@UseInterceptors()` would), unless it is there. */
-function appendOnce(key: string, enhancer: Function, target: object): void {
+export function appendOnce(key: string, enhancer: Function, target: object): void {
   const list: unknown[] = Reflect.getMetadata(key, target) ?? [];
   if (!list.includes(enhancer)) Reflect.defineMetadata(key, [...list, enhancer], target);
 }

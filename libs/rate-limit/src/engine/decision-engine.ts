@@ -10,6 +10,7 @@ import { type Breaker, Breakers } from './breakers.js';
 import { DenyCache } from './deny-cache.js';
 import { Fallback, type Reservation } from './fallback.js';
 import { toVerdict } from './to-verdict.js';
+import type { MemoryBucketStore } from '../stores/memory/memory-bucket.store.js';
 import { Deadlines, withTimeout } from './with-timeout.js';
 import { type LeaseAnswer, type LeaseAsk, LeaseBook, type LeaseTake, leases, type LeasingStore } from './lease-book.js';
 
@@ -173,13 +174,23 @@ export class DecisionEngine {
   }
 
   /** One lease call, within `timeoutMs` and through the breakers like a decision; rejects when the store fails. */
-  private async leaseCall(
-    store: BucketStore & LeasingStore,
-    request: BucketRequest,
-    ask: LeaseAsk,
-    sent: () => void,
-  ): Promise<LeaseAnswer> {
-    const requests = [request];
+  private leaseCall(store: BucketStore & LeasingStore, request: BucketRequest, ask: LeaseAsk, sent: () => void): Promise<LeaseAnswer> {
+    return this.guarded(request.key, (onSent) =>
+      store.lease(request, ask, undefined, () => {
+        sent();
+        onSent();
+      }),
+    );
+  }
+
+  /**
+   * One store call about `key` beside the decisions (a lease, a concurrency slot): within `timeoutMs` of
+   * its write on a remote store, through the breakers like a decision. Rejects when the store fails, and
+   * with `RateLimitUnavailableError` when its node's breaker is open and another call probes it: the
+   * caller applies its `failureMode`.
+   */
+  async guarded<T>(key: string, call: (sent: () => void) => Promise<T>): Promise<T> {
+    const requests = [{ key } as BucketRequest];
     let probes: Breaker[] | undefined;
     if (this.breakers.open.size > 0) {
       const found = this.breakers.probesFor(requests);
@@ -187,12 +198,7 @@ export class DecisionEngine {
       probes = found;
     }
     try {
-      const answer = await this.deadlines.raceSent((onSent) =>
-        store.lease(request, ask, undefined, () => {
-          sent();
-          onSent();
-        }),
-      );
+      const answer = this.store.remote ? await this.deadlines.raceSent(call) : await call(() => undefined);
       if (this.breakers.open.size > 0) this.breakers.recovered(requests);
       return answer;
     } catch (error) {
@@ -201,6 +207,11 @@ export class DecisionEngine {
     } finally {
       probes?.forEach((probe) => (probe.probing = false));
     }
+  }
+
+  /** The in-process store of `failureMode: 'local'` (its buckets and slots), and a decision it made, counted for the health status. */
+  get localFallback(): { store: MemoryBucketStore; count(): void } {
+    return { store: this.fallback.local, count: () => this.fallback.count() };
   }
 
   private async decideExact(requests: readonly BucketRequest[], dryRun: boolean): Promise<Verdict> {

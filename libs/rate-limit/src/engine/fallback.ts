@@ -91,7 +91,7 @@ export class Fallback {
     return decisions;
   }
 
-  private count(): void {
+  count(): void {
     this.degraded++;
     const second = Math.floor(Date.now() / 1000);
     const slot = second % 60;

@@ -19,6 +19,8 @@ export const RATE_LIMIT_ERROR_CODES = {
   ERR_RATE_LIMIT_INVALID_POLICY: 'Correct the value the message names, in the policy of the route or call it names.',
   ERR_RATE_LIMIT_LEASE_UNSUPPORTED:
     'Give the policy lease: false, or drop what the message names from it (a leased bucket has fixed numbers and no penalty).',
+  ERR_RATE_LIMIT_CONCURRENCY_UNSUPPORTED:
+    "Use store: 'redis' or 'memory' (or a store of your own with takeSlot and giveBackSlot) for @ConcurrencyLimit and takeSlot().",
   ERR_RATE_LIMIT_RESOLVER_NOT_INJECTABLE: 'Register the resolver class as a provider, or make its dependencies injectable.',
   ERR_RATE_LIMIT_POLICY_CONFLICT: "Give the policies that would share a bucket names of their own (name: '...'), or costs that fit.",
   ERR_RATE_LIMIT_INVALID_SKIP: '@SkipRateLimit() takes no argument, one boolean, or the names of policies that apply where it is.',
@@ -45,6 +47,8 @@ export const RATE_LIMIT_ERROR_CODES = {
   // At run time: the message is left as it is, the code is in `code`.
   ERR_RATE_LIMIT_WAIT_TOO_LONG:
     'The tokens would come later than maxWaitMs allows (waitMs says when): nothing was reserved; try later, or allow a longer wait.',
+  ERR_RATE_LIMIT_CONCURRENCY_LIMITED:
+    'Every concurrency slot of the name is in use (inFlight says how many): nothing was held or run; try later (retryAfterSeconds is a hint), or wait with maxWaitMs.',
   ERR_RATE_LIMIT_TOO_MANY_WAITING:
     'More calls wait for tokens in this process than acquire.maxWaiting allows: slow the callers down, or raise the limit.',
   ERR_RATE_LIMIT_SHUTTING_DOWN: 'The application is closing: waits for tokens were ended and their reservations given back.',

@@ -95,6 +95,22 @@ export class RateLimitWaitTooLongError extends RateLimitError {
 }
 RateLimitWaitTooLongError.prototype.name = 'RateLimitWaitTooLongError';
 
+/**
+ * `BucketService.withSlot()`: every concurrency slot of the name is in use (and none came within
+ * `maxWaitMs`): the work did not run. `retryAfterSeconds` is a hint (slots free when work finishes).
+ */
+export class RateLimitConcurrencyError extends RateLimitError {
+  constructor(
+    readonly limit: number,
+    readonly inFlight: number,
+    readonly retryAfterSeconds: number,
+    name: string,
+  ) {
+    super('ERR_RATE_LIMIT_CONCURRENCY_LIMITED', `concurrency slots "${name}": all ${limit} are in use`);
+  }
+}
+RateLimitConcurrencyError.prototype.name = 'RateLimitConcurrencyError';
+
 /** What an aborted wait rejects with: an `AbortError` (as Node's own timers give), its `cause` the signal's reason. */
 export function abortError(signal: AbortSignal): Error {
   const error = new Error('The wait for a token was aborted', { cause: signal.reason });

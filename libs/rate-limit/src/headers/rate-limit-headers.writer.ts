@@ -106,6 +106,19 @@ export class RateLimitHeadersWriter {
     if (!allowed) setHeader(target, HEADERS.retryAfter, String(decision.retryAfterSeconds));
   }
 
+  /**
+   * A concurrency limit's headers (`@ConcurrencyLimit`): the most in flight and how many are, this
+   * request included when it holds a slot; `Retry-After` (a hint) when refused. Sent when any headers are.
+   */
+  writeConcurrency(response: unknown, limit: number, inFlight: number, retryAfter: number | undefined): void {
+    if (this.options.standardHeaders === false && !this.options.legacyHeaders) return;
+    const target = response as HeaderTarget;
+    if (!canSetHeaders(target)) return;
+    setHeader(target, HEADERS.concurrencyLimit, String(limit));
+    setHeader(target, HEADERS.concurrencyInFlight, String(inFlight));
+    if (retryAfter !== undefined) setHeader(target, HEADERS.retryAfter, String(retryAfter));
+  }
+
   /** `Retry-After` alone, for a 503 when the store cannot decide and failureMode is 'closed'. */
   writeRetryAfter(response: unknown, seconds: number): void {
     if (canSetHeaders(response as HeaderTarget)) setHeader(response as HeaderTarget, HEADERS.retryAfter, String(seconds));

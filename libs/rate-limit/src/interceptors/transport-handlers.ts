@@ -3,7 +3,7 @@ import { INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
 import { DiscoveryService, MetadataScanner, ModuleRef } from '@nestjs/core';
 import { RateLimitInterceptor } from './rate-limit.interceptor.js';
 import { handlerKind } from '../policies/policy-registry.js';
-import { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
+import { RATE_LIMIT_CONCURRENCY, RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import { loadTransportErrors } from '../pipeline/refusals.js';
@@ -63,7 +63,7 @@ export class TransportHandlers implements OnModuleInit {
 /** A policy of its own, of its class, or the module defaults, and not `@SkipRateLimit()` as a whole. */
 function mayBeLimited(type: Function, handler: Function, options: ResolvedRateLimitOptions): boolean {
   if (Reflect.getMetadata(RATE_LIMIT_SKIP, handler) === true) return false;
-  if (Reflect.hasMetadata(RATE_LIMIT_POLICIES, handler)) return true;
+  if (Reflect.hasMetadata(RATE_LIMIT_POLICIES, handler) || Reflect.hasMetadata(RATE_LIMIT_CONCURRENCY, handler)) return true;
   if (Reflect.getMetadata(RATE_LIMIT_SKIP, type) === true && Reflect.getMetadata(RATE_LIMIT_SKIP, handler) !== false) return false;
-  return Reflect.hasMetadata(RATE_LIMIT_POLICIES, type) || options.defaults.length > 0;
+  return Reflect.hasMetadata(RATE_LIMIT_POLICIES, type) || Reflect.hasMetadata(RATE_LIMIT_CONCURRENCY, type) || options.defaults.length > 0;
 }

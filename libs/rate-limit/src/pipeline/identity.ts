@@ -54,7 +54,13 @@ export class Identities {
   }
 
   /** The identity whose bucket a policy drains. A missing user or API key, or a failing hook, falls back to the IP. */
-  of(context: ExecutionContext, request: any, plan: RoutePlan, policy: CompiledPolicy, hooks: RequestHooks): Who | Promise<Who> {
+  of(
+    context: ExecutionContext,
+    request: any,
+    plan: RoutePlan,
+    policy: Pick<CompiledPolicy, 'keyBy' | 'scope'>,
+    hooks: RequestHooks,
+  ): Who | Promise<Who> {
     const { keyBy } = policy;
     if (keyBy === 'ip') return ipWho(hooks.getIp(request));
     if (keyBy === 'user') {

@@ -18,6 +18,7 @@ import { Identities } from './identity.js';
 import { PolicyNumbers } from './policy-numbers.js';
 import { Refunds } from './refunds.js';
 import { Refusals } from './refusals.js';
+import { RouteSlots } from './route-slots.js';
 import { newState, type PhaseTake, type RequestHooks, type RequestState } from './request-state.js';
 import { SetupWarnings } from './setup-warnings.js';
 import { RequestVerdicts } from './verdict.js';
@@ -57,6 +58,7 @@ export class RouteLimiter {
   private readonly verdicts: RequestVerdicts;
   private readonly refusals: Refusals;
   private readonly refunds: Refunds;
+  private readonly slots: RouteSlots;
 
   constructor(
     private readonly registry: PolicyRegistry,
@@ -83,6 +85,7 @@ export class RouteLimiter {
     this.phase = new PhaseDecider(options, hooks, this.identities, this.numbers, buckets, this.verdicts, live);
     this.refusals = new Refusals(headers, options.timeoutMs, options.operations.blockedStatus);
     this.refunds = new Refunds(buckets, headers, this.verdicts, logger);
+    this.slots = new RouteSlots(options, this.identities, buckets, headers, this.refusals, this.refunds);
     this.defaultHooks = { ...this.identities.defaults, throwRateLimitException: this.refusals.throwRateLimited };
   }
 
@@ -116,7 +119,19 @@ export class RouteLimiter {
   aroundHandler(context: ExecutionContext, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>> {
     const call = limitedCall(context, this.addresses);
     const decided = this.afterGuards(context, call);
-    return decided === undefined ? this.afterHandler(call, next.handle()) : decided.then(() => this.afterHandler(call, next.handle()));
+    return decided === undefined ? this.inSlot(context, call, next) : decided.then(() => this.inSlot(context, call, next));
+  }
+
+  /** The handler, in a slot of the route's `@ConcurrencyLimit` when it has one (and the request is not exempt). */
+  private inSlot(
+    context: ExecutionContext,
+    call: LimitedCall | undefined,
+    next: CallHandler,
+  ): Observable<unknown> | Promise<Observable<unknown>> {
+    const state: RequestState | undefined = call?.carrier[RATE_LIMIT_VERDICT];
+    const limit = state?.plan.concurrency;
+    if (limit === undefined || state!.exempt === true) return this.afterHandler(call, next.handle());
+    return this.slots.around(context, call!, state!, limit, () => this.afterHandler(call, next.handle()));
   }
 
   /**

@@ -124,7 +124,7 @@ export class SetupWarnings {
   }
 
   /** A `keyBy: 'user'` policy found no user on the request (it falls back to the IP): said once per route and policy. */
-  noUser(context: ExecutionContext, request: any, plan: RoutePlan, policy: CompiledPolicy, user: unknown): void {
+  noUser(context: ExecutionContext, request: any, plan: RoutePlan, policy: Pick<CompiledPolicy, 'scope'>, user: unknown): void {
     const key = `nouser|${plan.route}|${policy.scope}`;
     if (this.said.has(key)) return;
     const where = `${plan.route}${policy.scope === plan.route ? '' : ` (${policy.scope})`}`;

@@ -5,6 +5,7 @@ import { handlerKind, PolicyRegistry } from '../policies/policy-registry.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import { BucketStore } from '../stores/bucket-store.interface.js';
+import { holdsSlots } from '../stores/slots.js';
 import { checkFieldResolvers } from './field-resolver-check.js';
 import { RouteLimiter } from './route-limiter.js';
 import { isOurs } from './setup-warnings.js';
@@ -31,6 +32,7 @@ export class StartupChecks implements OnModuleInit, OnApplicationBootstrap {
     this.atStart(() => {
       this.registry.discoverRoutes();
       this.assertImportedOnce();
+      this.assertSlotsHeld();
     });
     this.warnRawApiKeys();
   }
@@ -55,6 +57,18 @@ export class StartupChecks implements OnModuleInit, OnApplicationBootstrap {
         }
       }
     });
+  }
+
+  /** A route with `@ConcurrencyLimit` needs a store with slots: a store of your own may have none. */
+  private assertSlotsHeld(): void {
+    if (holdsSlots(this.store)) return;
+    for (const { plan } of this.registry.routes()) {
+      if (plan?.concurrency === undefined) continue;
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_CONCURRENCY_UNSUPPORTED',
+        `@ConcurrencyLimit on ${plan.route}: the module's store has no concurrency slots (takeSlot and giveBackSlot)`,
+      );
+    }
   }
 
   /**

@@ -1,12 +1,13 @@
 import { Inject, Injectable, type Type } from '@nestjs/common';
 import { PATH_METADATA } from '@nestjs/common/constants.js';
 import { DiscoveryService, MetadataScanner, ModulesContainer } from '@nestjs/core';
-import { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
+import { RATE_LIMIT_CONCURRENCY, RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 import type { RateLimitPolicy } from '../rate-limit.interfaces.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import { type CompiledPolicy, compilePolicy, type PolicyContext } from './policy.js';
 import { scopeSuffixes } from './route-names.js';
+import { type CompiledConcurrency, compileConcurrency, type ConcurrencyLimitOptions } from './concurrency-option.js';
 import { RateLimitConfigError } from '../errors/rate-limit.errors.js';
 
 /** The policies of one limited route, split by the phase that decides them. */
@@ -32,6 +33,8 @@ export interface RoutePlan {
    */
   plainBefore: boolean;
   plainAfter: boolean;
+  /** `@ConcurrencyLimit`: a slot taken after the phase-2 policies allow, given back when the response is done. */
+  concurrency: CompiledConcurrency | undefined;
   /**
    * The set-up warnings already said about this route (bits that the pipeline's `SetupWarnings` sets):
    * a later request tests this number, and builds no warning.
@@ -40,7 +43,7 @@ export interface RoutePlan {
 }
 
 /** `lists`: `allowList.users` or `allowList.apiKeys` has an entry, which each identity must be looked up in. */
-function toPlan(route: string, policies: CompiledPolicy[], lists: boolean): RoutePlan {
+function toPlan(route: string, policies: CompiledPolicy[], lists: boolean, concurrency: CompiledConcurrency | undefined): RoutePlan {
   const before = policies.filter((p) => p.phase === 'before-guards');
   const after = policies.filter((p) => p.phase === 'after-guards');
   const plain = (phase: readonly CompiledPolicy[]) =>
@@ -54,6 +57,7 @@ function toPlan(route: string, policies: CompiledPolicy[], lists: boolean): Rout
     refunds: policies.some((p) => p.refundOn !== undefined),
     plainBefore: plain(before),
     plainAfter: plain(after),
+    concurrency,
     said: 0,
   };
 }
@@ -198,7 +202,12 @@ export class PolicyRegistry {
       classScopes = this.classSkipScopes.get(controller);
       if (classScopes === undefined) this.classSkipScopes.set(controller, (classScopes = new Set()));
     }
-    if (chosen.length === 0) return null;
+    const concurrencyOptions: unknown =
+      Reflect.getOwnMetadata(RATE_LIMIT_CONCURRENCY, handler) ??
+      (controllerSkip === true && handlerSkip !== false ? undefined : Reflect.getMetadata(RATE_LIMIT_CONCURRENCY, controller));
+    const concurrency = concurrencyOptions === undefined ? undefined : concurrencyOf(concurrencyOptions, route);
+    const lists = this.options.allowList.users.size > 0 || this.options.allowList.apiKeys.size > 0;
+    if (chosen.length === 0) return concurrency === undefined ? null : toPlan(route, [], lists, concurrency);
     let compiled = this.compile(chosen, route, policies === undefined);
     for (const policy of classScopes === undefined ? [] : compiled) classScopes!.add(policy.scope);
     const skipped = new Set([...(Array.isArray(handlerSkip) ? (handlerSkip as string[]) : []), ...controllerNames]);
@@ -206,10 +215,9 @@ export class PolicyRegistry {
       const scopes = new Set(compiled.map((p) => p.scope));
       if (Array.isArray(handlerSkip)) assertSkippedNamesExist(handlerSkip, scopes, route, 'there (its');
       compiled = compiled.filter((p) => !skipped.has(p.scope));
-      if (compiled.length === 0) return null;
+      if (compiled.length === 0 && concurrency === undefined) return null;
     }
-    const { users, apiKeys } = this.options.allowList;
-    return toPlan(route, compiled, users.size > 0 || apiKeys.size > 0);
+    return toPlan(route, compiled, lists, concurrency);
   }
 
   private compile(chosen: readonly RateLimitPolicy[], route: string, defaults: boolean): CompiledPolicy[] {
@@ -236,6 +244,17 @@ export class PolicyRegistry {
     assertSharedNamesFit(compiled, route);
     return compiled;
   }
+}
+
+/** A route's `@ConcurrencyLimit`: one per handler or class (two stacked are an array). */
+function concurrencyOf(options: unknown, route: string): CompiledConcurrency {
+  if (Array.isArray(options)) {
+    throw new RateLimitConfigError(
+      'ERR_RATE_LIMIT_POLICY_CONFLICT',
+      `${options.length} @ConcurrencyLimit decorators on ${route}: a route has one (a handler's replaces its controller's)`,
+    );
+  }
+  return compileConcurrency(options as ConcurrencyLimitOptions, route);
 }
 
 /** Each name of a `@SkipRateLimit('name')` must be one of `scopes`: a misspelled name would skip nothing, silently. */

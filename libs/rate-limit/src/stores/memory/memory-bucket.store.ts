@@ -16,6 +16,8 @@ import {
 import { ThrottledLogger } from '../../throttled-logger.js';
 import type { BucketStore, ReserveOptions, TakeOptions, TakeResult } from '../bucket-store.interface.js';
 import { RateLimitConfigError, RateLimitError } from '../../errors/rate-limit.errors.js';
+import type { SlotAnswer, SlotCallOptions, SlotRelease, SlotRequest, SlotStore } from '../slots.js';
+import { MemorySlots } from './memory-slots.js';
 
 interface StoredBucket extends BucketState {
   expiresAt: number;
@@ -47,7 +49,7 @@ export interface MemoryBucketStoreOptions {
  * Buckets in this process: the same algorithm as the Redis script, for one instance (development,
  * tests, the demo's fallback) and for `failureMode: 'local'`. Memory is bounded by `maxBuckets`.
  */
-export class MemoryBucketStore implements BucketStore {
+export class MemoryBucketStore implements BucketStore, SlotStore {
   readonly remote = false;
   /** In the order they were last written: the first is the least recently used. */
   private readonly buckets = new Map<string, StoredBucket>();
@@ -63,6 +65,8 @@ export class MemoryBucketStore implements BucketStore {
   private readonly clock: () => number;
   private readonly maxBuckets: number;
   private readonly onEvict: ((key: string) => void) | undefined;
+  /** Concurrency slots (`SlotStore`). */
+  private readonly slots: MemorySlots;
 
   constructor(options: MemoryBucketStoreOptions = {}) {
     const maxBuckets = options.maxBuckets ?? DEFAULT_MAX_LOCAL_BUCKETS;
@@ -75,6 +79,28 @@ export class MemoryBucketStore implements BucketStore {
     this.maxBuckets = maxBuckets;
     this.clock = options.clock ?? Date.now;
     this.onEvict = options.onEvict;
+    this.slots = new MemorySlots(this.clock);
+  }
+
+  /** A concurrency slot (`SlotStore`), decided at once: `takeSlotSync` behind a promise. */
+  takeSlot(request: SlotRequest, options: SlotCallOptions = {}): Promise<SlotAnswer> {
+    try {
+      return Promise.resolve(this.slots.take(request, options.now));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  takeSlotSync(request: SlotRequest): SlotAnswer {
+    return this.slots.take(request);
+  }
+
+  giveBackSlot(key: string, holder: string): Promise<SlotRelease> {
+    return Promise.resolve(this.slots.giveBack(key, holder));
+  }
+
+  giveBackSlotSync(key: string, holder: string): SlotRelease {
+    return this.slots.giveBack(key, holder);
   }
 
   take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult & PenaltyReport> {
@@ -200,13 +226,17 @@ export class MemoryBucketStore implements BucketStore {
   }
 
   delete(keys: readonly string[]): Promise<void> {
-    for (const key of keys) this.buckets.delete(key);
+    for (const key of keys) {
+      this.buckets.delete(key);
+      this.slots.delete(key);
+    }
     return Promise.resolve();
   }
 
   /** Forgets every bucket (the local fallback when Redis answers again: Redis' buckets are the truth). */
   clear(): void {
     this.buckets.clear();
+    this.slots.clear();
     this.oldest = undefined;
     this.writesSinceSweep = 0;
   }

@@ -9,7 +9,18 @@ import { ownedConnectionOf, type OwnedConnection } from './owned-connection.js';
 import { diagnosticsOf, type RedisDiagnostics } from './redis-diagnostics.js';
 import type { RedisClient } from './redis-options.validation.js';
 import { checkAtStartup, type StartupCheckSettings } from './redis-startup.check.js';
-import { DECIDE_SCRIPT, GIVE_BACK_SCRIPT, LEASE_SCRIPT, LUA_SCRIPTS, type LuaScript, RESERVE_SCRIPT } from './lua/lua-scripts.js';
+import {
+  DECIDE_SCRIPT,
+  GIVE_BACK_SCRIPT,
+  LEASE_SCRIPT,
+  LUA_SCRIPTS,
+  type LuaScript,
+  RESERVE_SCRIPT,
+  SLOT_GIVE_BACK_SCRIPT,
+  SLOT_TAKE_SCRIPT,
+} from './lua/lua-scripts.js';
+import { decodeSlotGiveBack, decodeSlotTake, slotGiveBackArgs, slotTakeArgs } from './lua/slot-codec.js';
+import type { SlotAnswer, SlotCallOptions, SlotRelease, SlotRequest, SlotStore } from '../slots.js';
 import {
   appendGiveBack,
   appendLease,
@@ -54,7 +65,7 @@ async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boo
  * On a Cluster, buckets of one identity share a hash tag and are decided together; buckets of
  * different identities are decided group by group, and a denial gives back what earlier groups took.
  */
-export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDestroy {
+export class RedisBucketStore implements BucketStore, SlotStore, OnModuleInit, OnModuleDestroy {
   readonly remote = true;
   private readonly logger = new Logger('RateLimit');
   /** The scripts as commands of the client, by their `.lua` name. */
@@ -311,6 +322,20 @@ export class RedisBucketStore implements BucketStore, OnModuleInit, OnModuleDest
       this.connection?.answered(1);
       return decodeLease(reply);
     });
+  }
+
+  /** One call of slot-take.lua: a concurrency slot taken or renewed (see its header). */
+  takeSlot(request: SlotRequest, options: SlotCallOptions = {}): Promise<SlotAnswer> {
+    if (this.diagnostics !== undefined && this.client.status !== 'ready') return Promise.reject(this.diagnostics.notConnected());
+    options.sent?.();
+    return this.evaluate(SLOT_TAKE_SCRIPT, slotTakeArgs(request, options.now)).then(decodeSlotTake);
+  }
+
+  /** One call of slot-give-back.lua: the holder's slot given back. */
+  giveBackSlot(key: string, holder: string, options: SlotCallOptions = {}): Promise<SlotRelease> {
+    if (this.diagnostics !== undefined && this.client.status !== 'ready') return Promise.reject(this.diagnostics.notConnected());
+    options.sent?.();
+    return this.evaluate(SLOT_GIVE_BACK_SCRIPT, slotGiveBackArgs(key, holder)).then(decodeSlotGiveBack);
   }
 
   /**

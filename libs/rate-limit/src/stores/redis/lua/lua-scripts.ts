@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { DECIDE_LUA, GIVE_BACK_LUA, LEASE_LUA, RESERVE_LUA } from './lua-sources.generated.js';
+import { DECIDE_LUA, GIVE_BACK_LUA, LEASE_LUA, RESERVE_LUA, SLOT_GIVE_BACK_LUA, SLOT_TAKE_LUA } from './lua-sources.generated.js';
 
 /**
  * The Redis scripts, one per operation, each written in a `.lua` file beside this one (its header says
@@ -33,4 +33,16 @@ export const GIVE_BACK_SCRIPT = script('give-back', GIVE_BACK_LUA);
 /** A batch of tokens leased to one app instance, and what it gives back (lease.lua). */
 export const LEASE_SCRIPT = script('lease', LEASE_LUA);
 
-export const LUA_SCRIPTS: readonly LuaScript[] = [DECIDE_SCRIPT, RESERVE_SCRIPT, GIVE_BACK_SCRIPT, LEASE_SCRIPT];
+/** A concurrency slot taken or renewed (slot-take.lua). */
+export const SLOT_TAKE_SCRIPT = script('slot-take', SLOT_TAKE_LUA);
+/** A concurrency slot given back (slot-give-back.lua). */
+export const SLOT_GIVE_BACK_SCRIPT = script('slot-give-back', SLOT_GIVE_BACK_LUA);
+
+export const LUA_SCRIPTS: readonly LuaScript[] = [
+  DECIDE_SCRIPT,
+  RESERVE_SCRIPT,
+  GIVE_BACK_SCRIPT,
+  LEASE_SCRIPT,
+  SLOT_TAKE_SCRIPT,
+  SLOT_GIVE_BACK_SCRIPT,
+];

@@ -1,0 +1,324 @@
+import { randomBytes } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import type { DecisionEngine } from '../engine/decision-engine.js';
+import { abortError, RateLimitError, RateLimitTimeoutError } from '../errors/rate-limit.errors.js';
+import type { FailureMode } from '../rate-limit.options.js';
+import type { SlotAnswer, SlotRequest, SlotStore } from '../stores/slots.js';
+import { ThrottledLogger } from '../throttled-logger.js';
+
+/** Who answered a slot's take: the store, the in-process slots of `failureMode: 'local'`, or `failureMode` itself. */
+export type SlotSource = 'store' | 'local' | 'open' | 'closed';
+
+/**
+ * A concurrency slot asked for (`BucketService.takeSlot()`, `@ConcurrencyLimit`): held until `release()`
+ * (or `await using`), or refused. Releasing twice, or a refused slot, does nothing.
+ */
+export interface ConcurrencySlot extends AsyncDisposable {
+  /** The slot is held: the work may run. */
+  readonly held: boolean;
+  /**
+   * `'store'` (or `'local'` under `failureMode: 'local'`): decided by the slots; `'open'`: the store failed
+   * and `failureMode: 'open'` let the work run without a slot; `'closed'`: it failed and refused.
+   */
+  readonly source: SlotSource;
+  /** The most in flight at once. */
+  readonly limit: number;
+  /** In flight when the store answered, this one included when held (0 when the store did not answer). */
+  readonly inFlight: number;
+  /**
+   * Refused: seconds after which another try may find a slot free. A hint only: slots free when
+   * requests finish, which no one knows ahead; it is how long this instance has seen slots of this
+   * name held (a moving average), at least 1 and at most until the earliest other lease ends. 0 when held.
+   */
+  readonly retryAfterSeconds: number;
+  /** Gives the slot back (one store call; none when a waiter on this instance takes it over). */
+  release(): Promise<void>;
+}
+
+/** What a slot take asks for. */
+export interface SlotTake {
+  /** The slots' key. */
+  key: string;
+  /** What the moving average of hold times is kept under (a route's scope, a service name). */
+  scope: string;
+  limit: number;
+  leaseMs: number;
+  maxWaitMs: number;
+  signal?: AbortSignal;
+  failureMode: FailureMode;
+}
+
+/** A slot held by this instance. */
+interface Holding {
+  take: SlotTake;
+  holder: string;
+  where: 'store' | 'local';
+  /** When it was taken (performance.now()), for the moving average. */
+  since: number;
+  timer: NodeJS.Timeout | undefined;
+  released: boolean;
+}
+
+/** A take waiting on this instance for a slot of its key. */
+interface Waiter {
+  take: SlotTake;
+  /** Called with a slot handed over by a holder of this instance, or undefined when it should ask again. */
+  wake(handed: Holding | undefined): void;
+}
+
+/** The first retries of a waiting take, ms; then every `POLL_MAX_MS`. */
+const POLL_FIRST_MS = 25;
+const POLL_MAX_MS = 500;
+/** Weight of the latest hold time in the moving average. */
+const AVERAGE_WEIGHT = 0.2;
+
+/**
+ * This instance's concurrency slots: takes (and waits, up to `maxWaitMs`), renewals while a slot is
+ * held (a timer per held slot, every third of its lease: nothing runs while nothing is in flight), and
+ * give-backs. Each store call goes through the decision engine (deadline, breakers); a call that fails
+ * follows `failureMode`. A take that times out and was granted after all is given back when its reply comes.
+ */
+export class ConcurrencySlots {
+  /** Holder ids are this instance's id and a counter: unique across instances, never reused. */
+  private readonly instance = randomBytes(6).toString('base64url');
+  private next = 0;
+  private readonly holding = new Set<Holding>();
+  private readonly waiting = new Map<string, Waiter[]>();
+  /** Moving average of hold times (ms) per scope: the refusal's `retryAfterSeconds` hint. */
+  private readonly holdMs = new Map<string, number>();
+  private readonly logger = new ThrottledLogger('RateLimit');
+  private closing = false;
+
+  constructor(
+    private readonly engine: DecisionEngine,
+    /** The store's slots; undefined when it has none (the module refuses `@ConcurrencyLimit` at start-up then). */
+    private readonly store: SlotStore | undefined,
+  ) {}
+
+  /** Slots held by this instance now. */
+  get held(): number {
+    return this.holding.size;
+  }
+
+  async take(take: SlotTake): Promise<ConcurrencySlot> {
+    if (this.closing) throw shuttingDown();
+    take.signal?.throwIfAborted();
+    const holder = `${this.instance}.${(this.next++).toString(36)}`;
+    const deadline = performance.now() + take.maxWaitMs;
+    let answer = await this.ask(take, holder);
+    let delay = POLL_FIRST_MS;
+    while (!answer.held && answer.source === 'store' && !this.closing) {
+      const left = deadline - performance.now();
+      if (left <= 0) break;
+      const handed = await this.wait(take, Math.min(left, delay));
+      if (handed !== undefined) return this.adopt(handed, take);
+      delay = Math.min(delay * 2, POLL_MAX_MS);
+      answer = await this.ask(take, holder);
+    }
+    if (this.closing || take.signal?.aborted === true) {
+      await answer.release();
+      throw this.closing ? shuttingDown() : abortError(take.signal!);
+    }
+    return answer;
+  }
+
+  /** The application is closing: waits end (`ERR_RATE_LIMIT_SHUTTING_DOWN`) and every held slot is given back. */
+  async close(): Promise<void> {
+    this.closing = true;
+    for (const waiters of this.waiting.values()) for (const waiter of waiters.splice(0)) waiter.wake(undefined);
+    this.waiting.clear();
+    await Promise.allSettled([...this.holding].map((holding) => this.giveBack(holding)));
+  }
+
+  /** One take call; the store's failure follows the take's `failureMode`. */
+  private async ask(take: SlotTake, holder: string): Promise<ConcurrencySlot> {
+    const store = this.store;
+    if (store === undefined) throw noSlots();
+    const request: SlotRequest = { key: take.key, limit: take.limit, holder, leaseMs: take.leaseMs };
+    let pending: Promise<SlotAnswer> | undefined;
+    let answer: SlotAnswer;
+    try {
+      answer = await this.engine.guarded(take.key, (sent) => (pending = store.takeSlot(request, { sent })));
+    } catch (error) {
+      if (error instanceof RateLimitTimeoutError && pending !== undefined) {
+        // Redis may still grant it: a slot nobody holds would stay taken until its lease ends.
+        pending.then(
+          (late) => (late.held ? this.engine.guarded(take.key, (sent) => store.giveBackSlot(take.key, holder, { sent })) : undefined),
+          () => undefined,
+        );
+      }
+      return this.fallback(take, holder);
+    }
+    if (answer.held) return this.hold(take, holder, 'store', answer.inFlight);
+    return refused(take, 'store', answer.inFlight, this.hint(take, answer.waitMs));
+  }
+
+  private fallback(take: SlotTake, holder: string): ConcurrencySlot {
+    const local = this.engine.localFallback;
+    local.count();
+    if (take.failureMode === 'open') return unlimited(take);
+    if (take.failureMode === 'closed') return refused(take, 'closed', 0, 1);
+    const answer = local.store.takeSlotSync({ key: take.key, limit: take.limit, holder, leaseMs: take.leaseMs });
+    if (answer.held) return this.hold(take, holder, 'local', answer.inFlight);
+    return refused(take, 'local', answer.inFlight, this.hint(take, answer.waitMs));
+  }
+
+  private hold(take: SlotTake, holder: string, where: Holding['where'], inFlight: number): ConcurrencySlot {
+    const holding: Holding = { take, holder, where, since: performance.now(), timer: undefined, released: false };
+    this.holding.add(holding);
+    this.schedule(holding);
+    return heldSlot(holding, inFlight, () => this.release(holding));
+  }
+
+  /** A slot handed over by a holder of this instance to a waiter: the same slot, now the waiter's (no store call). */
+  private adopt(handed: Holding, take: SlotTake): ConcurrencySlot {
+    const holding: Holding = {
+      take,
+      holder: handed.holder,
+      where: handed.where,
+      since: performance.now(),
+      timer: undefined,
+      released: false,
+    };
+    this.holding.add(holding);
+    // Renewed now under the waiter's lease: the slot's lease ran from the last renewal of its former holder.
+    void this.renew(holding);
+    return heldSlot(holding, 0, () => this.release(holding));
+  }
+
+  /** Waits for a handover up to `ms`; undefined: ask the store again. Rejects when the signal aborts. */
+  private wait(take: SlotTake, ms: number): Promise<Holding | undefined> {
+    return new Promise<Holding | undefined>((resolve, reject) => {
+      let waiters = this.waiting.get(take.key);
+      if (waiters === undefined) this.waiting.set(take.key, (waiters = []));
+      const list = waiters;
+      const done = () => {
+        clearTimeout(timer);
+        take.signal?.removeEventListener('abort', onAbort);
+        const at = list.indexOf(waiter);
+        if (at >= 0) list.splice(at, 1);
+        if (list.length === 0 && this.waiting.get(take.key) === list) this.waiting.delete(take.key);
+      };
+      const waiter: Waiter = {
+        take,
+        wake: (handed) => {
+          done();
+          resolve(handed);
+        },
+      };
+      const onAbort = () => {
+        done();
+        reject(abortError(take.signal!));
+      };
+      const timer = setTimeout(() => waiter.wake(undefined), ms);
+      take.signal?.addEventListener('abort', onAbort, { once: true });
+      list.push(waiter);
+    });
+  }
+
+  private schedule(holding: Holding): void {
+    const every = Math.max(1, Math.floor(holding.take.leaseMs / 3));
+    holding.timer = setTimeout(() => void this.renew(holding), every);
+    holding.timer.unref();
+  }
+
+  /** Renews a held slot (its lease ends `leaseMs` from now), then schedules the next renewal. */
+  private async renew(holding: Holding): Promise<void> {
+    if (holding.released) return;
+    const { take, holder } = holding;
+    const request: SlotRequest = { key: take.key, limit: take.limit, holder, leaseMs: take.leaseMs };
+    try {
+      const answer =
+        holding.where === 'local'
+          ? this.engine.localFallback.store.takeSlotSync(request)
+          : await this.engine.guarded(take.key, (sent) => this.store!.takeSlot(request, { sent }));
+      if (!answer.held) {
+        this.logger.warn(
+          `A concurrency slot of ${take.scope} ran past its lease (${take.leaseMs} ms) before it was renewed, and all ` +
+            `${take.limit} are taken again: this request runs over the limit (was the event loop blocked?)`,
+        );
+      }
+    } catch {
+      // The store failed: the next renewal tries again, within the lease's other two thirds.
+    }
+    if (!holding.released) this.schedule(holding);
+  }
+
+  /** The work is done: the slot goes to the first waiter of this instance, or back to the store. */
+  private async release(holding: Holding): Promise<void> {
+    if (holding.released) return;
+    holding.released = true;
+    clearTimeout(holding.timer);
+    this.holding.delete(holding);
+    const { take } = holding;
+    const held = performance.now() - holding.since;
+    const average = this.holdMs.get(take.scope);
+    this.holdMs.set(take.scope, average === undefined ? held : average + AVERAGE_WEIGHT * (held - average));
+    const waiter = this.waiting.get(take.key)?.[0];
+    if (waiter !== undefined && waiter.take.limit === take.limit && !this.closing) {
+      waiter.wake(holding);
+      return;
+    }
+    await this.giveBack(holding);
+  }
+
+  private async giveBack(holding: Holding): Promise<void> {
+    holding.released = true;
+    clearTimeout(holding.timer);
+    this.holding.delete(holding);
+    const { key } = holding.take;
+    if (holding.where === 'local') {
+      this.engine.localFallback.store.giveBackSlotSync(key, holding.holder);
+      return;
+    }
+    try {
+      await this.engine.guarded(key, (sent) => this.store!.giveBackSlot(key, holding.holder, { sent }));
+    } catch (error) {
+      this.logger.warn(
+        `A concurrency slot of ${holding.take.scope} could not be given back (${error instanceof Error ? error.message : String(error)}): ` +
+          `it frees itself when its lease ends, within ${holding.take.leaseMs} ms`,
+      );
+    }
+  }
+
+  /** The refusal's hint: the average hold time here, within [1 s, the earliest other lease's end]. */
+  private hint(take: SlotTake, untilLeaseEndMs: number): number {
+    const average = this.holdMs.get(take.scope) ?? 1000;
+    const bound = untilLeaseEndMs > 0 ? untilLeaseEndMs : Infinity;
+    return Math.max(1, Math.ceil(Math.min(average, bound) / 1000));
+  }
+}
+
+function heldSlot(holding: Holding, inFlight: number, release: () => Promise<void>): ConcurrencySlot {
+  return {
+    held: true,
+    source: holding.where,
+    limit: holding.take.limit,
+    inFlight,
+    retryAfterSeconds: 0,
+    release,
+    [Symbol.asyncDispose]: release,
+  };
+}
+
+function refused(take: SlotTake, source: SlotSource, inFlight: number, retryAfterSeconds: number): ConcurrencySlot {
+  const release = () => Promise.resolve();
+  return { held: false, source, limit: take.limit, inFlight, retryAfterSeconds, release, [Symbol.asyncDispose]: release };
+}
+
+/** `failureMode: 'open'` while the store fails: the work runs, and holds nothing to give back. */
+function unlimited(take: SlotTake): ConcurrencySlot {
+  const release = () => Promise.resolve();
+  return { held: true, source: 'open', limit: take.limit, inFlight: 0, retryAfterSeconds: 0, release, [Symbol.asyncDispose]: release };
+}
+
+function shuttingDown(): RateLimitError {
+  return new RateLimitError('ERR_RATE_LIMIT_SHUTTING_DOWN', 'the application is closing: the wait for a concurrency slot was ended');
+}
+
+function noSlots(): RateLimitError {
+  return new RateLimitError(
+    'ERR_RATE_LIMIT_CONCURRENCY_UNSUPPORTED',
+    'the store has no concurrency slots (takeSlot and giveBackSlot): use the Redis or memory store for @ConcurrencyLimit and takeSlot()',
+  );
+}

@@ -1,0 +1,114 @@
+import type { ExecutionContext } from '@nestjs/common';
+import type { Observable } from 'rxjs';
+// From 'rxjs/operators': the 'rxjs' entry point exports operators only since 7.2, and the peer range starts at 7.1.
+import { finalize } from 'rxjs/operators';
+import type { BucketService } from '../bucket/bucket.service.js';
+import type { ConcurrencySlot } from '../bucket/concurrency-slots.js';
+import type { LimitedCall } from '../contexts/limited-call.js';
+import type { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js';
+import { routeKey } from '../keys/identity-keys.js';
+import type { CompiledConcurrency } from '../policies/concurrency-option.js';
+import type { Verdict } from '../rate-limit.interfaces.js';
+import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
+import type { Identities } from './identity.js';
+import type { Refunds } from './refunds.js';
+import type { Refusals } from './refusals.js';
+import type { RequestState } from './request-state.js';
+
+/**
+ * A route's `@ConcurrencyLimit`, in `RateLimitInterceptor` after the phase-2 policies allowed the request:
+ * the slot is taken (one store call; waiting up to `maxWaitMs`), the handler runs in it, and the slot
+ * is given back (one more) once the handler's stream has ended — completed, failed, or unsubscribed
+ * (a timeout, an SSE client that left) — and, over HTTP, the response is closed (finished, or its
+ * connection gone: a streamed file is still being sent after the handler returned). A refusal gives
+ * back what the request's rate policies took, so a request is still all or nothing.
+ */
+export class RouteSlots {
+  constructor(
+    private readonly options: ResolvedRateLimitOptions,
+    private readonly identities: Identities,
+    private readonly buckets: BucketService,
+    private readonly headers: RateLimitHeadersWriter,
+    private readonly refusals: Refusals,
+    private readonly refunds: Refunds,
+  ) {}
+
+  async around(
+    context: ExecutionContext,
+    call: LimitedCall,
+    state: RequestState,
+    limit: CompiledConcurrency,
+    handle: () => Observable<unknown>,
+  ): Promise<Observable<unknown>> {
+    const found = this.identities.of(context, call.request, state.plan, limit, state.hooks);
+    const who = 'then' in found ? await found : found;
+    if (this.identities.allowListed(who)) return handle();
+    const raw = nodeResponse(call);
+    const waiting = limit.maxWaitMs > 0 && raw !== undefined ? new AbortController() : undefined;
+    const gone = waiting === undefined ? undefined : () => waiting.abort(new Error('the client closed the connection'));
+    if (gone !== undefined) raw!.once('close', gone);
+    let slot: ConcurrencySlot;
+    try {
+      slot = await this.buckets.slots.take({
+        key: routeKey(this.options.keyPrefix, who.id, limit.keySuffix),
+        scope: limit.scope,
+        limit: limit.limit,
+        leaseMs: limit.leaseMs,
+        maxWaitMs: limit.maxWaitMs,
+        signal: waiting?.signal,
+        failureMode: this.options.failureMode,
+      });
+    } finally {
+      if (gone !== undefined) raw!.removeListener('close', gone);
+    }
+    if (!slot.held) return this.refuse(context, call, state, slot);
+    if (slot.source !== 'open') this.headers.writeConcurrency(call.response, slot.limit, slot.inFlight, undefined);
+    let stream: Observable<unknown>;
+    try {
+      stream = handle();
+    } catch (error) {
+      void slot.release();
+      throw error;
+    }
+    // Two holds: the handler's stream, and (HTTP) the response; the slot goes back when both are done.
+    let holds = raw !== undefined && !closed(raw) ? 2 : 1;
+    const done = () => {
+      if (--holds === 0) void slot.release();
+    };
+    if (holds === 2) raw!.once('close', done);
+    return stream.pipe(finalize(done));
+  }
+
+  private async refuse(context: ExecutionContext, call: LimitedCall, state: RequestState, slot: ConcurrencySlot): Promise<never> {
+    for (const take of [state.before?.enforced, state.after?.enforced]) {
+      if (take?.verdict.allowed) take.verdict = await this.refunds.giveBack(take);
+    }
+    const wait = slot.retryAfterSeconds;
+    const verdict: Verdict = {
+      allowed: false,
+      source: slot.source === 'closed' ? 'closed' : 'store',
+      decisions: [{ allowed: false, limit: slot.limit, remaining: 0, retryAfterSeconds: wait, resetSeconds: wait }],
+    };
+    if (verdict.source === 'closed') return this.refusals.refuse(context, call.response, state, verdict);
+    this.headers.writeConcurrency(call.response, slot.limit, slot.inFlight, wait);
+    return state.hooks.throwRateLimitException(context, verdict);
+  }
+}
+
+/** The Node response of an HTTP call (Express's `res`, Fastify's `reply.raw`), whose 'close' ends it; undefined for other transports. */
+function nodeResponse(call: LimitedCall): NodeResponse | undefined {
+  if (call.kind !== 'http') return undefined;
+  const response = call.response?.raw ?? call.response;
+  return typeof response?.once === 'function' && typeof response?.removeListener === 'function' ? response : undefined;
+}
+
+interface NodeResponse {
+  once(event: 'close', listener: () => void): unknown;
+  removeListener(event: 'close', listener: () => void): unknown;
+  writableFinished?: boolean;
+  destroyed?: boolean;
+}
+
+function closed(response: NodeResponse): boolean {
+  return response.writableFinished === true || response.destroyed === true;
+}

@@ -1,0 +1,100 @@
+import { BadRequestException, Controller, Get, Param, Sse, StreamableFile } from '@nestjs/common';
+import { Readable } from 'node:stream';
+import { Observable } from 'rxjs';
+import { ConcurrencyLimit, RateLimit } from 'nest-redis-rate-limit';
+
+/**
+ * Requests a test holds open: each waits at `gate(id)` until the test opens it. `inFlight` is what the
+ * handlers themselves count, the truth a limit is checked against.
+ */
+export class Gates {
+  private readonly waiting = new Map<string, () => void>();
+  private readonly opened = new Set<string>();
+  inFlight = 0;
+  most = 0;
+
+  async gate(id: string): Promise<void> {
+    this.most = Math.max(this.most, ++this.inFlight);
+    try {
+      if (this.opened.has(id)) return;
+      await new Promise<void>((resolve) => this.waiting.set(id, resolve));
+    } finally {
+      this.inFlight--;
+    }
+  }
+
+  open(id: string): void {
+    this.opened.add(id);
+    this.waiting.get(id)?.();
+    this.waiting.delete(id);
+  }
+
+  /** Opens every gate (after a test), and forgets which were opened. */
+  async openAll(): Promise<void> {
+    for (const open of this.waiting.values()) open();
+    this.waiting.clear();
+    for (let i = 0; i < 400 && this.inFlight > 0; i++) await new Promise((resolve) => setTimeout(resolve, 5));
+    this.opened.clear();
+    this.most = 0;
+  }
+
+  /** Resolves once `n` requests wait at their gates. */
+  async waitingFor(n: number): Promise<void> {
+    for (let i = 0; i < 400 && this.waiting.size < n; i++) await new Promise((resolve) => setTimeout(resolve, 5));
+    if (this.waiting.size < n) throw new Error(`expected ${n} requests at their gates, ${this.waiting.size} are`);
+  }
+}
+
+export const gates = new Gates();
+
+/** Two in flight per client address; each request waits at its gate `id` and ends as `how` says. */
+@Controller('conc')
+export class ConcurrencyController {
+  @Get('hold/:id/:how')
+  @ConcurrencyLimit(2)
+  async hold(@Param('id') id: string, @Param('how') how: string) {
+    await gates.gate(id);
+    if (how === 'throw') throw new Error('the handler failed');
+    if (how === '400') throw new BadRequestException('bad');
+    return { id };
+  }
+
+  /** Waits up to 2 s for one of its 2 slots. */
+  @Get('queue/:id')
+  @ConcurrencyLimit({ limit: 2, maxWaitMs: 2000, name: 'queue' })
+  async queue(@Param('id') id: string) {
+    await gates.gate(id);
+    return { id };
+  }
+
+  /** A rate limit (5 tokens, slow refill) and 1 slot: a request refused for its slot gives its token back. */
+  @Get('both/:id')
+  @RateLimit(5, 0.001)
+  @ConcurrencyLimit({ limit: 1, name: 'both' })
+  async both(@Param('id') id: string) {
+    await gates.gate(id);
+    return { id };
+  }
+
+  /** A streamed body: the slot is held until the stream has been sent. */
+  @Get('file/:id')
+  @ConcurrencyLimit({ limit: 1, name: 'file' })
+  file(@Param('id') id: string) {
+    const body = new Readable({ read() {} });
+    void gates.gate(id).then(() => {
+      body.push('done');
+      body.push(null);
+    });
+    return new StreamableFile(body);
+  }
+
+  /** Server-sent events until the gate opens, then the stream completes. */
+  @Sse('events/:id')
+  @ConcurrencyLimit({ limit: 1, name: 'events' })
+  events(@Param('id') id: string): Observable<{ data: string }> {
+    return new Observable((subscriber) => {
+      subscriber.next({ data: 'first' });
+      void gates.gate(id).then(() => subscriber.complete());
+    });
+  }
+}
