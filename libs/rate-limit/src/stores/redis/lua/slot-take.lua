@@ -60,8 +60,13 @@ local function keep()
 end
 
 if state[3] then
-  -- A renewal: the holder's slot is live or ended, and still counted in `n` either way.
-  call('HSET', key, field, ends)
+  -- A renewal: the holder's slot is live or ended, and still counted in `n` either way. An end before `e`
+  -- (a shorter lease, or Redis' clock stepped back) lowers it, else a lease ended would go unseen.
+  if ends < e then
+    call('HSET', key, field, ends, 'e', ends)
+  else
+    call('HSET', key, field, ends)
+  end
   keep()
   return { 1, n, 0 }
 end
