@@ -142,10 +142,9 @@ export class ConcurrencySlots {
     } catch (error) {
       if (error instanceof RateLimitTimeoutError && pending !== undefined) {
         // Redis may still grant it: a slot nobody holds would stay taken until its lease ends.
-        pending.then(
-          (late) => (late.held ? this.engine.guarded(take.key, (sent) => store.giveBackSlot(take.key, holder, { sent })) : undefined),
-          () => undefined,
-        );
+        pending
+          .then((late) => (late.held ? this.engine.guarded(take.key, (sent) => store.giveBackSlot(take.key, holder, { sent })) : undefined))
+          .catch(() => undefined);
       }
       return this.fallback(take, holder);
     }
