@@ -52,6 +52,7 @@ local state = redis.pcall('HMGET', key, 'n', 'e', field)
 if state.err then return redis.error_reply('token-bucket: unusable key: slots (' .. key .. '): ' .. state.err) end
 local n, e = tonumber(state[1]) or 0, tonumber(state[2]) or HUGE
 local ends = now + life
+local scanned = false
 
 -- Keeps the key at least until `ends`.
 local function keep()
@@ -74,7 +75,7 @@ end
 if n >= limit and e <= now then
   -- Every slot is in use by the count, and some lease has ended: drop the ended ones, count the rest.
   local all = call('HGETALL', key)
-  n, e = 0, HUGE
+  n, e, scanned = 0, HUGE, true
   for i = 1, #all, 2 do
     local name = all[i]
     if name:sub(1, 2) == 's:' then
@@ -90,6 +91,9 @@ if n >= limit and e <= now then
 end
 
 if n >= limit then
+  -- Refused after a scan that dropped slots (a limit lower than the one they were taken under): the count
+  -- and the bound are written back, else `n` would count the dropped ones until the next scan.
+  if scanned then call('HSET', key, 'n', n, 'e', e) end
   return { 0, n, e == HUGE and 0 or e - now }
 end
 n = n + 1
