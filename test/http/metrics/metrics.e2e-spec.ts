@@ -22,6 +22,8 @@ const DECISIONS = 'ratelimit.decisions';
 const NEAR_LIMIT = 'ratelimit.near_limit';
 const STORE_DURATION = 'ratelimit.store.duration';
 const BREAKER_OPEN = 'ratelimit.store.breaker.open';
+const CONCURRENCY_DECISIONS = 'ratelimit.concurrency.decisions';
+const CONCURRENCY_HELD = 'ratelimit.concurrency.held';
 
 /** The only attribute keys each metric may carry: bounded values, never an identity. */
 const ATTRIBUTE_KEYS: Record<string, string[]> = {
@@ -29,6 +31,8 @@ const ATTRIBUTE_KEYS: Record<string, string[]> = {
   [NEAR_LIMIT]: ['ratelimit.scope', 'ratelimit.source'],
   [STORE_DURATION]: ['ratelimit.store.outcome'],
   [BREAKER_OPEN]: [],
+  [CONCURRENCY_DECISIONS]: ['ratelimit.outcome', 'ratelimit.scope', 'ratelimit.source'],
+  [CONCURRENCY_HELD]: [],
 };
 
 const decision = (outcome: string, source: string, value: number, scope = 'metered') => ({
@@ -64,6 +68,8 @@ it('exports the names it records under', () => {
     nearLimit: NEAR_LIMIT,
     storeDuration: STORE_DURATION,
     breakerOpen: BREAKER_OPEN,
+    concurrencyDecisions: CONCURRENCY_DECISIONS,
+    concurrencyHeld: CONCURRENCY_HELD,
   });
   expect(Object.values(RateLimitMetricAttributes).sort()).toEqual([
     'ratelimit.outcome',

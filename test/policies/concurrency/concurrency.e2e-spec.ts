@@ -3,7 +3,8 @@ import { get } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { RateLimitModule } from 'nest-redis-rate-limit';
+import { RateLimitMetricNames, RateLimitModule, type RateLimitDecisionEvent } from 'nest-redis-rate-limit';
+import { Recorded } from '../../http/metrics/reader.js';
 import { createApp } from '../../support/app.js';
 import { redisUrl } from '../../support/redis.js';
 import { redisScenario } from '../../support/scenario.js';
@@ -28,11 +29,13 @@ describe('@ConcurrencyLimit over HTTP', () => {
   });
   afterEach(() => gates.openAll());
 
-  async function start(store: 'redis' | 'memory'): Promise<INestApplication> {
+  async function start(store: 'redis' | 'memory', watch: Record<string, unknown> = {}): Promise<INestApplication> {
     keyPrefix = scenario.nextKeyPrefix();
     const url = await redisUrl();
     @Module({
-      imports: [RateLimitModule.forRoot(store === 'redis' ? { redis: url, keyPrefix } : { store: 'memory', keyPrefix })],
+      imports: [
+        RateLimitModule.forRoot(store === 'redis' ? { redis: url, keyPrefix, ...watch } : { store: 'memory', keyPrefix, ...watch }),
+      ],
       controllers: [ConcurrencyController],
     })
     class ConcurrencyModule {}
@@ -183,5 +186,38 @@ describe('@ConcurrencyLimit over HTTP', () => {
         .then((r) => r.headers['x-ratelimit-remaining']);
       expect(remaining).toBe('3');
     });
+  });
+
+  it('reports each slot decision to onDecision and the metrics, apart from the rate decisions, and the slots held now', async () => {
+    const events: RateLimitDecisionEvent[] = [];
+    const recorded = new Recorded();
+    const app = await start('redis', {
+      onDecision: (event: RateLimitDecisionEvent) => events.push(event),
+      metrics: { meterProvider: recorded.provider },
+    });
+    try {
+      const held = send(app, '/conc/both/m1');
+      await gates.waitingFor(1);
+      expect(await recorded.points(RateLimitMetricNames.concurrencyHeld)).toEqual([expect.objectContaining({ value: 1 })]);
+      expect(await send(app, '/conc/both/m2')).toMatch(/^429 /);
+      gates.open('m1');
+      await held;
+      const slots = events.filter((event) => event.limiter === 'concurrency');
+      expect(slots.map(({ scope, outcome, source, limit, remaining }) => ({ scope, outcome, source, limit, remaining }))).toEqual([
+        { scope: 'both', outcome: 'allowed', source: 'store', limit: 1, remaining: 0 },
+        { scope: 'both', outcome: 'denied', source: 'store', limit: 1, remaining: 0 },
+      ]);
+      // The rate policy's decisions are reported as before, without `limiter`.
+      expect(events.filter((event) => event.limiter === undefined).map((event) => event.outcome)).toEqual(['allowed', 'allowed']);
+      const scope = 'ratelimit.scope';
+      expect(await recorded.counts(RateLimitMetricNames.concurrencyDecisions)).toEqual([
+        { attributes: { [scope]: 'both', 'ratelimit.outcome': 'allowed', 'ratelimit.source': 'store' }, value: 1 },
+        { attributes: { [scope]: 'both', 'ratelimit.outcome': 'denied', 'ratelimit.source': 'store' }, value: 1 },
+      ]);
+      expect((await recorded.counts(RateLimitMetricNames.decisions)).map((c) => c.value)).toEqual([2]);
+      expect(await recorded.points(RateLimitMetricNames.concurrencyHeld)).toEqual([expect.objectContaining({ value: 0 })]);
+    } finally {
+      await recorded.shutdown();
+    }
   });
 });

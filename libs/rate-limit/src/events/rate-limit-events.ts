@@ -26,6 +26,11 @@ export interface RateLimitDecisionEvent {
   retryAfterSeconds: number;
   /** The request (for logging who it was). Never put identities in metric attributes: they are unbounded. */
   context: ExecutionContext;
+  /**
+   * `'concurrency'`: the decision of a route's `@ConcurrencyLimit` slot (`limit` is its limit, `remaining`
+   * the slots left after it, `retryAfterSeconds` a hint). Absent: a rate policy's decision.
+   */
+  limiter?: 'concurrency';
 }
 
 /** One call to the store, for the latency histogram: `ok`, or it failed or timed out (`error`). */

@@ -15,6 +15,10 @@ export const RateLimitMetricNames = {
   nearLimit: 'ratelimit.near_limit',
   /** Histogram, `s`: how long each store call took (timed-out ones included). Attribute `ratelimit.store.outcome`. */
   storeDuration: 'ratelimit.store.duration',
+  /** Counter, `{decision}`: one per `@ConcurrencyLimit` slot asked for. Attributes `ratelimit.scope`, `ratelimit.outcome` (`allowed` or `denied`), `ratelimit.source`. */
+  concurrencyDecisions: 'ratelimit.concurrency.decisions',
+  /** Asynchronous gauge, `{slot}`: the concurrency slots this instance holds now (routes and `takeSlot()` alike). No attributes. */
+  concurrencyHeld: 'ratelimit.concurrency.held',
   /** Asynchronous gauge: 1 while the store keeps failing (the breaker is open: one probe at a time), else 0. No attributes. */
   breakerOpen: 'ratelimit.store.breaker.open',
 } as const;

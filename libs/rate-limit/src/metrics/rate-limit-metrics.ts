@@ -28,6 +28,8 @@ interface Instruments {
   storeDuration: Histogram;
   breakerOpen: ObservableGauge;
   observeBreaker: (result: ObservableResult) => void;
+  concurrencyHeld: ObservableGauge;
+  observeHeld: (result: ObservableResult) => void;
 }
 
 /**
@@ -62,7 +64,10 @@ export class RateLimitMetrics implements OnApplicationBootstrap, OnModuleDestroy
   /** The app is closing: the breaker gauge stops reporting it (the MeterProvider may outlive it). */
   onModuleDestroy(): void {
     const instruments = this.instruments;
-    if (instruments !== undefined) instruments.breakerOpen.removeCallback(instruments.observeBreaker);
+    if (instruments !== undefined) {
+      instruments.breakerOpen.removeCallback(instruments.observeBreaker);
+      instruments.concurrencyHeld.removeCallback(instruments.observeHeld);
+    }
   }
 
   private start(): void {
@@ -103,8 +108,22 @@ export class RateLimitMetrics implements OnApplicationBootstrap, OnModuleDestroy
     });
     const observeBreaker = (result: ObservableResult) => result.observe(this.buckets.storeFailing ? 1 : 0);
     breakerOpen.addCallback(observeBreaker);
+    const concurrencyDecisions = meter.createCounter(N.concurrencyDecisions, {
+      description: 'Concurrency slots asked for by @ConcurrencyLimit routes, allowed or denied',
+      unit: '{decision}',
+    });
+    const concurrencyHeld = meter.createObservableGauge(N.concurrencyHeld, {
+      description: 'Concurrency slots this instance holds now',
+      unit: '{slot}',
+    });
+    const observeHeld = (result: ObservableResult) => result.observe(this.buckets.slots.held);
+    concurrencyHeld.addCallback(observeHeld);
 
     this.events.onDecision((event: RateLimitDecisionEvent) => {
+      if (event.limiter === 'concurrency') {
+        concurrencyDecisions.add(1, { [A.scope]: event.scope, [A.outcome]: event.outcome, [A.source]: event.source });
+        return;
+      }
       decisions.add(1, { [A.scope]: event.scope, [A.outcome]: event.outcome, [A.source]: event.source });
       if (event.outcome === 'allowed' && event.remaining < event.limit * NEAR_LIMIT_SHARE) {
         nearLimit.add(1, { [A.scope]: event.scope, [A.source]: event.source });
@@ -113,6 +132,6 @@ export class RateLimitMetrics implements OnApplicationBootstrap, OnModuleDestroy
     this.events.onStoreCall((event: StoreCallEvent) => {
       storeDuration.record(event.durationMs / 1000, { [A.storeOutcome]: event.outcome });
     });
-    return { decisions, nearLimit, storeDuration, breakerOpen, observeBreaker };
+    return { decisions, nearLimit, storeDuration, breakerOpen, observeBreaker, concurrencyHeld, observeHeld };
   }
 }

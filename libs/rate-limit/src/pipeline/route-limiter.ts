@@ -85,7 +85,7 @@ export class RouteLimiter {
     this.phase = new PhaseDecider(options, hooks, this.identities, this.numbers, buckets, this.verdicts, live);
     this.refusals = new Refusals(headers, options.timeoutMs, options.operations.blockedStatus);
     this.refunds = new Refunds(buckets, headers, this.verdicts, logger);
-    this.slots = new RouteSlots(options, this.identities, buckets, headers, this.refusals, this.refunds);
+    this.slots = new RouteSlots(options, this.identities, buckets, headers, this.refusals, this.refunds, events);
     this.defaultHooks = { ...this.identities.defaults, throwRateLimitException: this.refusals.throwRateLimited };
   }
 

@@ -10,6 +10,7 @@ import { routeKey } from '../keys/identity-keys.js';
 import type { CompiledConcurrency } from '../policies/concurrency-option.js';
 import type { Verdict } from '../rate-limit.interfaces.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
+import type { RateLimitEvents } from '../events/rate-limit-events.js';
 import type { Identities } from './identity.js';
 import type { Refunds } from './refunds.js';
 import type { Refusals } from './refusals.js';
@@ -31,6 +32,7 @@ export class RouteSlots {
     private readonly headers: RateLimitHeadersWriter,
     private readonly refusals: Refusals,
     private readonly refunds: Refunds,
+    private readonly events: RateLimitEvents,
   ) {}
 
   async around(
@@ -60,6 +62,19 @@ export class RouteSlots {
       });
     } finally {
       if (gone !== undefined) raw!.removeListener('close', gone);
+    }
+    if (this.events.decisionsWatched) {
+      this.events.decision({
+        route: state.plan.route,
+        scope: limit.scope,
+        outcome: slot.held ? 'allowed' : 'denied',
+        source: slot.source,
+        limit: slot.limit,
+        remaining: Math.max(0, slot.limit - slot.inFlight),
+        retryAfterSeconds: slot.retryAfterSeconds,
+        context,
+        limiter: 'concurrency',
+      });
     }
     if (!slot.held) return this.refuse(context, call, state, slot);
     if (slot.source !== 'open') this.headers.writeConcurrency(call.response, slot.limit, slot.inFlight, undefined);
