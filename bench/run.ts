@@ -5,6 +5,7 @@ import { basename, join, relative, resolve } from 'node:path';
 import { Redis } from 'ioredis';
 import { acquirePlannedSeconds, acquireStep, renderAcquire } from './acquire-step.js';
 import { renderChart } from './chart.js';
+import { concurrencyPlannedSeconds, concurrencyStep, renderConcurrency } from './concurrency-step.js';
 import { decisionsPlannedSeconds, decisionsStep } from './decisions-step.js';
 import { httpPlannedSeconds, httpStep } from './http-step.js';
 import { instructionsPlannedSeconds, instructionsStep, renderInstructions } from './instructions-step.js';
@@ -51,6 +52,9 @@ import { targets } from './targets.js';
  * BENCH_ONLY=leases: one hot key, 4 app processes per variant, ours leased (lease: true) beside ours exact, the
  * reference script and rate-limiter-flexible (see leases-step.ts); in the default run (about a minute). It writes
  * <date>-leases.{json,md,svg} (BENCH_OUT=<name>: <name>-leases.*); run alone, only those.
+ * BENCH_ONLY=concurrency: @ConcurrencyLimit's Redis calls, command time and CPU per request beside @RateLimit, no limiter and
+ * a sorted-set floor over HTTP, then Redis instructions per operation under callgrind (see concurrency-step.ts); not in the
+ * default run. Run alone it writes <date>-concurrency.{json,md} (BENCH_OUT=<name>: <name>-concurrency.*).
  * BENCH_PROFILE=<variant> starts that HTTP variant with --cpu-prof (profiles in .bench-tmp/profiles).
  */
 
@@ -60,15 +64,15 @@ const RUN_PREFIX = `rl-bench:${randomUUID().slice(0, 8)}:`;
 const ONLY = new Set((process.env.BENCH_ONLY ?? 'http,decisions,promise,leases').split(',').map((s) => s.trim()));
 /**
  * The steps of the default run whose figures go into <date>.*; 'leases' runs by default too but writes files of its own,
- * and 'instructions', 'starved', 'acquire' and 'failure-mode' run only when BENCH_ONLY names them, and write files of their own.
+ * and 'instructions', 'starved', 'acquire', 'failure-mode' and 'concurrency' run only when BENCH_ONLY names them, and write files of their own.
  */
 const MAIN_STEPS = ['http', 'decisions', 'promise'];
 const UNKNOWN_STEP = [...ONLY].find(
-  (step) => ![...MAIN_STEPS, 'leases', 'instructions', 'starved', 'acquire', 'failure-mode'].includes(step),
+  (step) => ![...MAIN_STEPS, 'leases', 'instructions', 'starved', 'acquire', 'failure-mode', 'concurrency'].includes(step),
 );
 if (UNKNOWN_STEP !== undefined)
   throw new Error(
-    `BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, leases, instructions, starved, acquire, failure-mode)`,
+    `BENCH_ONLY: unknown step "${UNKNOWN_STEP}" (steps: ${MAIN_STEPS.join(', ')}, leases, instructions, starved, acquire, failure-mode, concurrency)`,
   );
 const EXTERNAL_REDIS = process.env.BENCH_REDIS_URL;
 
@@ -107,6 +111,7 @@ function plan(): number {
   if (ONLY.has('starved')) seconds += starvedPlannedSeconds();
   if (ONLY.has('acquire')) seconds += acquirePlannedSeconds();
   if (ONLY.has('failure-mode')) seconds += failureModePlannedSeconds();
+  if (ONLY.has('concurrency')) seconds += concurrencyPlannedSeconds();
   return seconds;
 }
 
@@ -167,6 +172,7 @@ async function main(): Promise<void> {
   let acquire: Awaited<ReturnType<typeof acquireStep>> | undefined;
   let leases: Awaited<ReturnType<typeof leasesStep>> | undefined;
   let failureMode: Awaited<ReturnType<typeof failureModeStep>> | undefined;
+  let concurrency: Awaited<ReturnType<typeof concurrencyStep>> | undefined;
   const results: BenchResults = {
     schema: 2,
     date: new Date().toISOString().slice(0, 10),
@@ -216,6 +222,8 @@ async function main(): Promise<void> {
     if (ONLY.has('leases')) leases = await leasesStep(redis, RUN_PREFIX);
     if (ONLY.has('acquire')) acquire = await acquireStep(redis, RUN_PREFIX);
     if (ONLY.has('failure-mode')) failureMode = await failureModeStep(RUN_PREFIX);
+    // Its callgrind part starts a redis-server of its own under valgrind, after its HTTP part.
+    if (ONLY.has('concurrency')) concurrency = await concurrencyStep(redis, RUN_PREFIX, ROOT);
     // After the load steps, which its valgrind processes would disturb.
     if (ONLY.has('instructions')) results.instructions = await instructionsStep(RUN_PREFIX, ROOT);
     // Last: its busy loops must not disturb the other steps.
@@ -245,6 +253,17 @@ async function main(): Promise<void> {
     console.log('');
     console.log(markdown);
     console.log(`wrote ${relative(ROOT, leasesBase)}.{json,md,svg}`);
+    if (!MAIN_STEPS.some((step) => ONLY.has(step)) && !concurrency && !failureMode && !acquire && !results.instructions && !results.starved)
+      return;
+  }
+  if (concurrency) {
+    const concurrencyBase = join(RESULTS_DIR, `${process.env.BENCH_OUT ?? results.date}-concurrency`);
+    writeFileSync(`${concurrencyBase}.json`, `${JSON.stringify({ machine: results.machine, ...concurrency }, null, 2)}\n`);
+    const markdown = `${renderConcurrency(concurrency, '#')}\n${machineLine}\n`;
+    writeFileSync(`${concurrencyBase}.md`, markdown);
+    console.log('');
+    console.log(markdown);
+    console.log(`wrote ${relative(ROOT, concurrencyBase)}.{json,md}`);
     if (!MAIN_STEPS.some((step) => ONLY.has(step)) && !failureMode && !acquire && !results.instructions && !results.starved) return;
   }
   if (failureMode) {

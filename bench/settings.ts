@@ -255,3 +255,24 @@ export const LEASES = {
   rateWarmupSeconds: numberFromEnv('BENCH_LEASES_RATE_WARMUP_SECONDS', 0.5),
   rateSeconds: numberFromEnv('BENCH_LEASES_RATE_SECONDS', 3),
 };
+
+/**
+ * The concurrency step (issue 36, item 4; concurrency-step.ts): one app process per variant (concurrency-app.ts:
+ * GET /work with no limiter, `@RateLimit`, `@ConcurrencyLimit(limit)` or the floor's sorted set), `rounds`
+ * rounds in rotated order, each `warmupSeconds` then `seconds` measured with SETTINGS.connections
+ * autocannon connections; `limit` is above the connections, so no request is refused (the cost of
+ * deciding). Then redis-server under callgrind: `n` calls of each operation, one at a time, per segment,
+ * `segments` segments each (BENCH_CONCURRENCY_CALLGRIND=0 leaves that part out).
+ */
+export const CONCURRENCY = {
+  rounds: numberFromEnv('BENCH_CONCURRENCY_ROUNDS', 3),
+  seconds: numberFromEnv('BENCH_CONCURRENCY_SECONDS', 5),
+  warmupSeconds: numberFromEnv('BENCH_CONCURRENCY_WARMUP_SECONDS', 1),
+  limit: numberFromEnv('BENCH_CONCURRENCY_LIMIT', 1_000),
+  callgrind: numberFromEnv('BENCH_CONCURRENCY_CALLGRIND', 1),
+  n: numberFromEnv('BENCH_CONCURRENCY_N', 1_000),
+  segments: numberFromEnv('BENCH_CONCURRENCY_SEGMENTS', 3),
+  warmup: numberFromEnv('BENCH_CONCURRENCY_WARMUP', 2_000),
+  /** Other holders in the slots' hash during the "busy" callgrind segments (about the HTTP phase's in flight). */
+  others: numberFromEnv('BENCH_CONCURRENCY_OTHERS', 49),
+};
