@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
 import { RateLimitModule } from '../../../libs/rate-limit/src/index.js';
+import { ConcurrencyWorkerController } from './concurrency.controller.js';
 import { WorkerController } from './worker.controller.js';
 
 /**
@@ -11,7 +12,7 @@ import { WorkerController } from './worker.controller.js';
 export function workerAppModule(redis: string, keyPrefix: string, timeoutMs = 2_000) {
   @Module({
     imports: [RateLimitModule.forRoot({ redis, keyPrefix, failureMode: 'closed', timeoutMs })],
-    controllers: [WorkerController],
+    controllers: [WorkerController, ConcurrencyWorkerController],
   })
   class WorkerAppModule {}
   return WorkerAppModule;
