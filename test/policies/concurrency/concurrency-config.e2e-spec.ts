@@ -94,6 +94,29 @@ describe('@ConcurrencyLimit mistakes stop the start and name the route', () => {
     });
   });
 
+  it('refuses routes that share a name with different limits or leases, naming both', async () => {
+    class OtherController {
+      run() {
+        return 'ran';
+      }
+    }
+    const descriptor = Object.getOwnPropertyDescriptor(OtherController.prototype, 'run')!;
+    Get('other')(OtherController.prototype, 'run', descriptor);
+    ConcurrencyLimit({ limit: 3, name: 'exports' })(OtherController.prototype, 'run', descriptor);
+    Controller('other')(OtherController);
+    @Module({
+      imports: [RateLimitModule.forRoot({ redis: await redisUrl(), keyPrefix: testPrefix('concurrency-config') })],
+      controllers: [jobsController([limit({ name: 'exports' })]), OtherController],
+    })
+    class SharedNameModule {}
+    expect(await startUp(SharedNameModule)).toEqual({
+      phase: 'init',
+      message:
+        '@ConcurrencyLimit named "exports" on OtherController.run has limit 3 and leaseMs 30000, but on JobsController.run ' +
+        'limit 2 and leaseMs 30000: routes that share slots must agree on both',
+    });
+  });
+
   it('refuses a store without slots under a route that needs them, and BucketService.takeSlot() on it', async () => {
     const bare: BucketStore = {
       remote: false,

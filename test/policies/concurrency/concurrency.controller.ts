@@ -76,6 +76,15 @@ export class ConcurrencyController {
     return { id };
   }
 
+  /** As `both`, waiting up to 3 s for the slot: a client that leaves while it waits takes no token either. */
+  @Get('both-wait/:id')
+  @RateLimit({ capacity: 5, refillPerSecond: 0.001, name: 'both-wait-rate' })
+  @ConcurrencyLimit({ limit: 1, name: 'both-wait', maxWaitMs: 3000 })
+  async bothWait(@Param('id') id: string) {
+    await gates.gate(id);
+    return { id };
+  }
+
   /** A streamed body: the slot is held until the stream has been sent. */
   @Get('file/:id')
   @ConcurrencyLimit({ limit: 1, name: 'file' })

@@ -69,7 +69,8 @@ describe('@ConcurrencyLimit over HTTP', () => {
       if (await check()) return;
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
-    throw new Error(`never: ${what}`);
+    const left = await slotsLeft();
+    throw new Error(`never: ${what} (${JSON.stringify(await Promise.all(left.map(async (k) => [k, await redis.hgetall(k)])))})`);
   }
 
   describe.each(['redis', 'memory'] as const)('store %s', (store) => {
@@ -140,12 +141,20 @@ describe('@ConcurrencyLimit over HTTP', () => {
       expect(refused).not.toMatch(/first/);
       sse.destroy();
       gates.open(`${store}-e3`);
+      // Admitted means the handler ran and sent its first event (a refusal is an error event, status 200 or not).
       await eventually(
         () =>
           new Promise<boolean>((resolve) =>
             get({ host: '127.0.0.1', port: port(app), path: `/conc/events/${store}-e3` }, (res) => {
-              resolve(res.statusCode === 200);
-              res.destroy();
+              let body = '';
+              res.on('data', (chunk) => {
+                body += String(chunk);
+                if (/data: first|event: error|statusCode/.test(body)) {
+                  resolve(body.includes('data: first'));
+                  res.destroy();
+                }
+              });
+              res.on('end', () => resolve(body.includes('data: first')));
             }),
           ),
         'the SSE slot free after its client left',
@@ -186,6 +195,27 @@ describe('@ConcurrencyLimit over HTTP', () => {
         .then((r) => r.headers['x-ratelimit-remaining']);
       expect(remaining).toBe('3');
     });
+  });
+
+  it('gives back the rate token of a client that leaves while it waits for a slot', async () => {
+    const app = await start('redis');
+    const holder = send(app, '/conc/both-wait/bw1');
+    await gates.waitingFor(1);
+    const leaving = get({ host: '127.0.0.1', port: port(app), path: '/conc/both-wait/bw2' });
+    leaving.on('error', () => undefined);
+    // Its rate token is taken by now (the guard decided), and it waits for the slot.
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    leaving.destroy();
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    gates.open('bw1');
+    await holder;
+    gates.open('bw3');
+    const remaining = await request(app.getHttpServer())
+      .get('/conc/both-wait/bw3')
+      .then((r) => r.headers['x-ratelimit-remaining']);
+    // 5 - bw1 - bw3: bw2 ran nothing and took nothing.
+    expect(remaining).toBe('3');
+    expect(gates.most).toBe(1);
   });
 
   it('reports each slot decision to onDecision and the metrics, apart from the rate decisions, and the slots held now', async () => {

@@ -91,12 +91,13 @@ describe('BucketService concurrency slots', () => {
       }),
     );
     await new Promise((resolve) => setTimeout(resolve, 60));
-    const holder = Object.keys(await slotsOf('queue')).find((field) => field.startsWith('s:'));
+    const slotField = (slots: Record<string, string>) => Object.entries(slots).find(([field]) => field.startsWith('s:'));
+    const before = slotField(await slotsOf('queue'));
     await first.release();
     const w1 = await waiting[0];
-    expect(w1.held).toBe(true);
-    // Handed over: the same slot in Redis, never given back and taken again.
-    expect(Object.keys(await slotsOf('queue')).find((field) => field.startsWith('s:'))).toBe(holder);
+    expect([w1.held, w1.inFlight]).toEqual([true, 1]);
+    // Handed over: the same slot in Redis with the same lease end: no call gave it back, took or renewed it.
+    expect(slotField(await slotsOf('queue'))).toEqual(before);
     await w1.release();
     const w2 = await waiting[1];
     expect(order).toEqual(['w1', 'w2']);

@@ -136,10 +136,6 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
   }
 
   /**
-   * Takes `cost` tokens from the bucket `name` if it has them. With `failureMode: 'closed'` a store
-   * failure throws `RateLimitUnavailableError`; with `'open'` the decision is allowed as if the bucket were full.
-   */
-  /**
    * A concurrency slot of `name`: held when fewer than `options.limit` are in flight under that name on
    * every instance (one store call), else refused (`held: false`) at once or after `maxWaitMs`. Give it
    * back with `release()`, or hold it with `await using`; while held it is renewed every third of its
@@ -176,6 +172,10 @@ export class BucketService implements OnModuleInit, OnModuleDestroy {
     }
   }
 
+  /**
+   * Takes `cost` tokens from the bucket `name` if it has them. With `failureMode: 'closed'` a store
+   * failure throws `RateLimitUnavailableError`; with `'open'` the decision is allowed as if the bucket were full.
+   */
   async consume(name: string, policy: PrioritizedPolicy, cost = 1): Promise<BucketDecision> {
     // consumeAll() of one entry, without its arrays and its extra await: this is the hot path of callers.
     const verdict = await this.decide([this.request({ name, policy }, cost, 'consume')]);

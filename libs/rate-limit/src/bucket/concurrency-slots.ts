@@ -55,6 +55,8 @@ interface Holding {
   where: 'store' | 'local';
   /** When it was taken (performance.now()), for the moving average. */
   since: number;
+  /** The slots in flight when the store last answered for it. */
+  inFlight: number;
   timer: NodeJS.Timeout | undefined;
   released: boolean;
 }
@@ -117,7 +119,7 @@ export class ConcurrencySlots {
     }
     if (this.closing || take.signal?.aborted === true) {
       await answer.release();
-      throw this.closing ? shuttingDown() : abortError(take.signal!);
+      throw this.closing ? shuttingDown() : abortError(take.signal!, 'a concurrency slot');
     }
     return answer;
   }
@@ -163,26 +165,22 @@ export class ConcurrencySlots {
   }
 
   private hold(take: SlotTake, holder: string, where: Holding['where'], inFlight: number): ConcurrencySlot {
-    const holding: Holding = { take, holder, where, since: performance.now(), timer: undefined, released: false };
+    const holding: Holding = { take, holder, where, since: performance.now(), inFlight, timer: undefined, released: false };
     this.holding.add(holding);
     this.schedule(holding);
-    return heldSlot(holding, inFlight, () => this.release(holding));
+    return heldSlot(holding, () => this.release(holding));
   }
 
-  /** A slot handed over by a holder of this instance to a waiter: the same slot, now the waiter's (no store call). */
+  /**
+   * A slot handed over by a holder of this instance to a waiter with the same limit and lease: the same
+   * slot, now the waiter's, with no store call. Its lease was renewed at most a third of it ago, so the
+   * next renewal is due a third of it from now, as after a take.
+   */
   private adopt(handed: Holding, take: SlotTake): ConcurrencySlot {
-    const holding: Holding = {
-      take,
-      holder: handed.holder,
-      where: handed.where,
-      since: performance.now(),
-      timer: undefined,
-      released: false,
-    };
+    const holding: Holding = { ...handed, take, since: performance.now(), timer: undefined, released: false };
     this.holding.add(holding);
-    // Renewed now under the waiter's lease: the slot's lease ran from the last renewal of its former holder.
-    void this.renew(holding);
-    return heldSlot(holding, 0, () => this.release(holding));
+    this.schedule(holding);
+    return heldSlot(holding, () => this.release(holding));
   }
 
   /** Waits for a handover up to `ms`; undefined: ask the store again. Rejects when the signal aborts. */
@@ -207,7 +205,7 @@ export class ConcurrencySlots {
       };
       const onAbort = () => {
         done();
-        reject(abortError(take.signal!));
+        reject(abortError(take.signal!, 'a concurrency slot'));
       };
       const timer = setTimeout(() => waiter.wake(undefined), ms);
       take.signal?.addEventListener('abort', onAbort, { once: true });
@@ -231,7 +229,8 @@ export class ConcurrencySlots {
         holding.where === 'local'
           ? this.engine.localFallback.store.takeSlotSync(request)
           : await this.engine.guarded(take.key, (sent) => this.store!.takeSlot(request, { sent }));
-      if (!answer.held) {
+      if (answer.held) holding.inFlight = answer.inFlight;
+      else {
         this.logger.warn(
           `A concurrency slot of ${take.scope} ran past its lease (${take.leaseMs} ms) before it was renewed, and all ` +
             `${take.limit} are taken again: this request runs over the limit (was the event loop blocked?)`,
@@ -254,7 +253,7 @@ export class ConcurrencySlots {
     const average = this.holdMs.get(take.scope);
     this.holdMs.set(take.scope, average === undefined ? held : average + AVERAGE_WEIGHT * (held - average));
     const waiter = this.waiting.get(take.key)?.[0];
-    if (waiter !== undefined && waiter.take.limit === take.limit && !this.closing) {
+    if (waiter !== undefined && waiter.take.limit === take.limit && waiter.take.leaseMs === take.leaseMs && !this.closing) {
       waiter.wake(holding);
       return;
     }
@@ -288,12 +287,12 @@ export class ConcurrencySlots {
   }
 }
 
-function heldSlot(holding: Holding, inFlight: number, release: () => Promise<void>): ConcurrencySlot {
+function heldSlot(holding: Holding, release: () => Promise<void>): ConcurrencySlot {
   return {
     held: true,
     source: holding.where,
     limit: holding.take.limit,
-    inFlight,
+    inFlight: holding.inFlight,
     retryAfterSeconds: 0,
     release,
     [Symbol.asyncDispose]: release,

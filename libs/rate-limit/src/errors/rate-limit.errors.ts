@@ -112,8 +112,8 @@ export class RateLimitConcurrencyError extends RateLimitError {
 RateLimitConcurrencyError.prototype.name = 'RateLimitConcurrencyError';
 
 /** What an aborted wait rejects with: an `AbortError` (as Node's own timers give), its `cause` the signal's reason. */
-export function abortError(signal: AbortSignal): Error {
-  const error = new Error('The wait for a token was aborted', { cause: signal.reason });
+export function abortError(signal: AbortSignal, what = 'a token'): Error {
+  const error = new Error(`The wait for ${what} was aborted`, { cause: signal.reason });
   error.name = 'AbortError';
   Object.defineProperty(error, 'code', { value: 'ABORT_ERR', enumerable: true });
   return error;

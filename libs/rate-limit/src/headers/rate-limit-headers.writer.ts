@@ -112,8 +112,9 @@ export class RateLimitHeadersWriter {
    */
   writeConcurrency(response: unknown, limit: number, inFlight: number, retryAfter: number | undefined): void {
     if (this.options.standardHeaders === false && !this.options.legacyHeaders) return;
-    const target = response as HeaderTarget;
-    if (!canSetHeaders(target)) return;
+    const target = response as HeaderTarget & { headersSent?: boolean; sent?: boolean };
+    // An SSE response's headers may be out before the interceptors answer (Nest commits them early).
+    if (!canSetHeaders(target) || target.headersSent === true || target.sent === true) return;
     setHeader(target, HEADERS.concurrencyLimit, String(limit));
     setHeader(target, HEADERS.concurrencyInFlight, String(inFlight));
     if (retryAfter !== undefined) setHeader(target, HEADERS.retryAfter, String(retryAfter));

@@ -60,6 +60,10 @@ export class RouteSlots {
         signal: waiting?.signal,
         failureMode: this.options.failureMode,
       });
+    } catch (error) {
+      // The client left while waiting (or the application is closing): nothing runs, so nothing is taken.
+      await this.giveBackRate(state);
+      throw error;
     } finally {
       if (gone !== undefined) raw!.removeListener('close', gone);
     }
@@ -77,9 +81,9 @@ export class RouteSlots {
       });
     }
     if (!slot.held) return this.refuse(context, call, state, slot);
-    if (slot.source !== 'open') this.headers.writeConcurrency(call.response, slot.limit, slot.inFlight, undefined);
     let stream: Observable<unknown>;
     try {
+      if (slot.source !== 'open') this.headers.writeConcurrency(call.response, slot.limit, slot.inFlight, undefined);
       stream = handle();
     } catch (error) {
       void slot.release();
@@ -94,10 +98,15 @@ export class RouteSlots {
     return stream.pipe(finalize(done));
   }
 
-  private async refuse(context: ExecutionContext, call: LimitedCall, state: RequestState, slot: ConcurrencySlot): Promise<never> {
+  /** What the request's rate policies took goes back: a request refused for its slot takes nothing. */
+  private async giveBackRate(state: RequestState): Promise<void> {
     for (const take of [state.before?.enforced, state.after?.enforced]) {
       if (take?.verdict.allowed) take.verdict = await this.refunds.giveBack(take);
     }
+  }
+
+  private async refuse(context: ExecutionContext, call: LimitedCall, state: RequestState, slot: ConcurrencySlot): Promise<never> {
+    await this.giveBackRate(state);
     const wait = slot.retryAfterSeconds;
     const verdict: Verdict = {
       allowed: false,

@@ -93,6 +93,8 @@ export class PolicyRegistry {
   private readonly unnamed = new WeakSet<CompiledPolicy>();
   /** The policy names of each class's handlers on which its `@SkipRateLimit('name')` applies, for the start-up check. */
   private readonly classSkipScopes = new Map<Function, Set<string>>();
+  /** Each concurrency limit's name, with the first route that used it: routes sharing slots must agree. */
+  private readonly concurrencyScopes = new Map<string, { route: string; limit: CompiledConcurrency }>();
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
@@ -205,7 +207,7 @@ export class PolicyRegistry {
     const concurrencyOptions: unknown =
       Reflect.getOwnMetadata(RATE_LIMIT_CONCURRENCY, handler) ??
       (controllerSkip === true && handlerSkip !== false ? undefined : Reflect.getMetadata(RATE_LIMIT_CONCURRENCY, controller));
-    const concurrency = concurrencyOptions === undefined ? undefined : concurrencyOf(concurrencyOptions, route);
+    const concurrency = concurrencyOptions === undefined ? undefined : this.concurrencyOf(concurrencyOptions, route);
     const lists = this.options.allowList.users.size > 0 || this.options.allowList.apiKeys.size > 0;
     if (chosen.length === 0) return concurrency === undefined ? null : toPlan(route, [], lists, concurrency);
     let compiled = this.compile(chosen, route, policies === undefined);
@@ -218,6 +220,31 @@ export class PolicyRegistry {
       if (compiled.length === 0 && concurrency === undefined) return null;
     }
     return toPlan(route, compiled, lists, concurrency);
+  }
+
+  /**
+   * A route's `@ConcurrencyLimit`: one per handler or class (two stacked are an array). Routes that share
+   * a name share the slots, so they must agree on the limit and the lease: a take compares the count with
+   * its own limit, and a holder's renewal keeps its own lease.
+   */
+  private concurrencyOf(options: unknown, route: string): CompiledConcurrency {
+    if (Array.isArray(options)) {
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_POLICY_CONFLICT',
+        `${options.length} @ConcurrencyLimit decorators on ${route}: a route has one (a handler's replaces its controller's)`,
+      );
+    }
+    const compiled = compileConcurrency(options as ConcurrencyLimitOptions, route);
+    const first = this.concurrencyScopes.get(compiled.scope);
+    if (first === undefined) this.concurrencyScopes.set(compiled.scope, { route, limit: compiled });
+    else if (first.limit.limit !== compiled.limit || first.limit.leaseMs !== compiled.leaseMs) {
+      throw new RateLimitConfigError(
+        'ERR_RATE_LIMIT_POLICY_CONFLICT',
+        `@ConcurrencyLimit named "${compiled.scope}" on ${route} has limit ${compiled.limit} and leaseMs ${compiled.leaseMs}, ` +
+          `but on ${first.route} limit ${first.limit.limit} and leaseMs ${first.limit.leaseMs}: routes that share slots must agree on both`,
+      );
+    }
+    return compiled;
   }
 
   private compile(chosen: readonly RateLimitPolicy[], route: string, defaults: boolean): CompiledPolicy[] {
@@ -244,17 +271,6 @@ export class PolicyRegistry {
     assertSharedNamesFit(compiled, route);
     return compiled;
   }
-}
-
-/** A route's `@ConcurrencyLimit`: one per handler or class (two stacked are an array). */
-function concurrencyOf(options: unknown, route: string): CompiledConcurrency {
-  if (Array.isArray(options)) {
-    throw new RateLimitConfigError(
-      'ERR_RATE_LIMIT_POLICY_CONFLICT',
-      `${options.length} @ConcurrencyLimit decorators on ${route}: a route has one (a handler's replaces its controller's)`,
-    );
-  }
-  return compileConcurrency(options as ConcurrencyLimitOptions, route);
 }
 
 /** Each name of a `@SkipRateLimit('name')` must be one of `scopes`: a misspelled name would skip nothing, silently. */
