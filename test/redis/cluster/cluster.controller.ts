@@ -1,5 +1,9 @@
-import { Controller, Get } from '@nestjs/common';
-import { RateLimit } from 'nest-redis-rate-limit';
+import { Controller, Get, Param } from '@nestjs/common';
+import { ConcurrencyLimit, RateLimit } from 'nest-redis-rate-limit';
+import { Gates } from '../../policies/concurrency/concurrency.controller.js';
+
+/** Requests of the slots route wait here until the test lets them go. */
+export const clusterGates = new Gates();
 
 /** One token per 100 s: counts cannot move while a test runs. */
 export const SLOW = 0.01;
@@ -31,6 +35,15 @@ export class ClusterController {
   @Get('per-key')
   @RateLimit({ capacity: 5, refillPerSecond: SLOW, keyBy: 'apiKey', name: 'c-per-key' })
   perKey() {
+    return { ok: true };
+  }
+
+  /** One request in flight per API key, after a rate policy on the same identity: both keys share its hash tag. */
+  @Get('slots/:id')
+  @RateLimit({ capacity: 5, refillPerSecond: SLOW, keyBy: 'apiKey', name: 'c-slots-rate' })
+  @ConcurrencyLimit({ limit: 1, keyBy: 'apiKey', name: 'c-slots' })
+  async slots(@Param('id') id: string) {
+    await clusterGates.gate(id);
     return { ok: true };
   }
 }

@@ -8,6 +8,7 @@ import { createApp, PLATFORMS } from '../../support/app.js';
 import { LocalCluster } from '../../support/cluster.js';
 import { commandCalls, hasRedisServerBinary, testPrefix, tokensOf } from '../../support/redis.js';
 import { clusterAppModule } from './app.module.js';
+import { clusterGates } from './cluster.controller.js';
 
 /**
  * `RateLimitModule.forRoot({ redis: new Cluster([...]) })` against a local 3-master Redis Cluster.
@@ -156,6 +157,41 @@ describe.each(PLATFORMS)('a Redis Cluster of 3 masters on %s', (platform) => {
     expect(await tokens(ipKey)).toBeCloseTo(6, 1);
   });
 
+  it('keeps each API key to one request in flight, its slots on the master owning its tag, and leaves none once all end', async () => {
+    // Keys whose slots fall on each of the three masters.
+    const keys: string[] = [];
+    const owners = new Set<number>();
+    for (let i = 0; keys.length < 3; i++) {
+      const owner = await ownerOf(`${prefix}{${apiKeyIdentity(`slot-key-${platform}-${i}`)}}!c-slots`);
+      if (owners.has(owner)) continue;
+      owners.add(owner);
+      keys.push(`slot-key-${platform}-${i}`);
+    }
+    const send = (key: string, id: string) =>
+      request(app.getHttpServer())
+        .get(`/cluster/slots/${id}`)
+        .set('x-api-key', key)
+        .then((r) => `${r.status} ${r.headers['concurrency-in-flight']}`);
+    const first = keys.map((key, i) => send(key, `${platform}-held-${i}`));
+    await clusterGates.waitingFor(3);
+    expect(await Promise.all(keys.map((key, i) => send(key, `${platform}-refused-${i}`)))).toEqual(['429 1', '429 1', '429 1']);
+    for (const key of keys) {
+      const slots = `${prefix}{${apiKeyIdentity(key)}}!c-slots`;
+      expect(await masters[await ownerOf(slots)].hget(slots, 'n')).toBe('1');
+    }
+    keys.forEach((_, i) => clusterGates.open(`${platform}-held-${i}`));
+    expect(await Promise.all(first)).toEqual(['200 1', '200 1', '200 1']);
+    // The refused requests took no token: 5 - 1 left of each key's rate bucket.
+    for (const key of keys) expect(await tokens(`${prefix}{${apiKeyIdentity(key)}}:c-slots-rate`)).toBeCloseTo(4, 3);
+    for (let i = 0; i < 100; i++) {
+      const left = (await Promise.all(masters.map((m) => m.keys(`${prefix}*!c-slots`)))).flat();
+      if (left.length === 0) break;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    expect((await Promise.all(masters.map((m) => m.keys(`${prefix}*!c-slots`)))).flat()).toEqual([]);
+    await clusterGates.openAll();
+  });
+
   it('leaves the Cluster client it was given open when the app closes (the caller owns it)', async () => {
     await app.close();
     expect(client.status).toBe('ready');
@@ -246,6 +282,39 @@ describe('coalescing on a Redis Cluster: one shared call per slot and turn', () 
   afterAll(async () => {
     await moduleRef?.close();
     await client?.quit();
+  });
+
+  it('takes and gives back BucketService slots, and keeps a priority reserve, on the master owning each name', async () => {
+    const slotsKey = (name: string) => `${serviceKey(prefix, name)}!`;
+    const names: string[] = [];
+    const owners = new Set<number>();
+    for (let i = 0; names.length < 3; i++) {
+      const owner = await ownerOf(slotsKey(`slots-${i}`));
+      if (owners.has(owner)) continue;
+      owners.add(owner);
+      names.push(`slots-${i}`);
+    }
+    const held = await Promise.all(names.map((name) => buckets.takeSlot(name, { limit: 2 })));
+    const more = await Promise.all(names.map((name) => buckets.takeSlot(name, { limit: 2 })));
+    const refused = await Promise.all(names.map((name) => buckets.takeSlot(name, { limit: 2 })));
+    expect([...held, ...more].map((slot) => [slot.held, slot.source])).toEqual(Array(6).fill([true, 'store']));
+    expect(refused.map((slot) => [slot.held, slot.inFlight])).toEqual([
+      [false, 2],
+      [false, 2],
+      [false, 2],
+    ]);
+    for (const name of names) expect(await masters[await ownerOf(slotsKey(name))].hget(slotsKey(name), 'n')).toBe('2');
+    await Promise.all([...held, ...more].map((slot) => slot.release()));
+    for (const name of names) expect(await masters[await ownerOf(slotsKey(name))].exists(slotsKey(name))).toBe(0);
+
+    // Priorities: sheddable keeps 20 % of 10 (stops at 2 tokens), critical takes the rest, in the same call.
+    const POLICY = { capacity: 10, refillPerSecond: 1e-6 };
+    const shed = [];
+    for (let i = 0; i < 9; i++) shed.push((await buckets.consume(names[0], { ...POLICY, priority: 'sheddable' })).allowed);
+    expect(shed.filter(Boolean)).toHaveLength(8);
+    const critical = [];
+    for (let i = 0; i < 3; i++) critical.push((await buckets.consume(names[0], { ...POLICY, priority: 'critical' })).allowed);
+    expect(critical).toEqual([true, true, false]);
   });
 
   it('decides 15 simultaneous calls on each of 3 names on 3 masters in 2 calls per master, exactly 5 allowed each', async () => {
