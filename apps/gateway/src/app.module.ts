@@ -15,6 +15,7 @@ import { EchoGateway } from './echo.gateway.js';
 import { FakePartner } from './fake-partner.js';
 import { PartnerClient } from './partner.client.js';
 import { PartnerController } from './partner.controller.js';
+import { StorefrontController } from './storefront.controller.js';
 import { QuotaController } from './quota.controller.js';
 import { QUOTES_SCHEMA, QuotesResolver } from './quotes.resolver.js';
 import { gatewayRateLimitOptions } from './redis-probe.js';
@@ -47,7 +48,16 @@ import { gatewayRateLimitOptions } from './redis-probe.js';
     // The operator's page at /rate-limit, behind the demo's admin auth (HTTP Basic, DASHBOARD_TOKEN).
     RateLimitDashboardModule.register({ path: 'rate-limit', guard: DashboardTokenGuard }),
   ],
-  controllers: [HelloController, AuthController, PlanController, QuotaController, HealthController, MetricsController, PartnerController],
+  controllers: [
+    HelloController,
+    AuthController,
+    PlanController,
+    QuotaController,
+    HealthController,
+    MetricsController,
+    PartnerController,
+    StorefrontController,
+  ],
   providers: [DemoUsers, DemoUserGuard, PlanLimits, QuotesResolver, EchoGateway, FakePartner, PartnerClient],
 })
 export class AppModule {}

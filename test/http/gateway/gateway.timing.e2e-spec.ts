@@ -122,6 +122,39 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
     expect(await tokensOf(client, `${prefix}{user:ann}:PlanController.plan`)).toBeLessThan(20);
   });
 
+  it('GET /api/exports/:id/download runs at most 2 per user at once: the third gets 429 with Concurrency-Limit, a later one 200', async () => {
+    const three = await Promise.all([1, 2, 3].map((id) => http().get(`/api/exports/${id}/download`).set('x-user', 'bob')));
+    const statuses = three.map((r) => r.status).sort();
+    expect(statuses).toEqual([200, 200, 429]);
+    const refused = three.find((r) => r.status === 429)!;
+    expect([refused.headers['concurrency-limit'], refused.headers['concurrency-in-flight']]).toEqual(['2', '2']);
+    expect(Number(refused.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    // Another user has slots of their own meanwhile, and bob's are back once his downloads ended.
+    const [ann, later] = await Promise.all([
+      http().get('/api/exports/4/download').set('x-user', 'ann'),
+      http().get('/api/exports/5/download').set('x-user', 'bob'),
+    ]);
+    expect([ann.status, later.status]).toEqual([200, 200]);
+    // Given back when each response closed: no slot is left in Redis.
+    let left = await keysUnder(client, `${prefix}*!export-downloads`);
+    for (let i = 0; i < 50 && left.length > 0; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      left = await keysUnder(client, `${prefix}*!export-downloads`);
+    }
+    expect(left).toEqual([]);
+  });
+
+  it('GET /api/recommendations is sheddable: a flood of them leaves checkout its reserve of the storefront bucket', async () => {
+    const flood = await Promise.all(Array.from({ length: 30 }, () => http().get('/api/recommendations')));
+    const allowed = flood.filter((r) => r.status === 200).length;
+    // 20 tokens, 4 kept from sheddable requests: 16 (plus what refilled meanwhile) at most.
+    expect(allowed).toBeGreaterThanOrEqual(16);
+    expect(allowed).toBeLessThan(30);
+    const checkout = [];
+    for (let i = 0; i < 3; i++) checkout.push((await http().get('/api/checkout')).status);
+    expect(checkout).toEqual([200, 200, 200]);
+  });
+
   it('GET /api/report costs 10 of 50 tokens', async () => {
     const first = await http().get('/api/report').set('x-api-key', 'reporter').expect(200);
     expect(first.headers['x-ratelimit-remaining']).toBe('40');
