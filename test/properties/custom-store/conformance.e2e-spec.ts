@@ -1,5 +1,16 @@
 import { Redis } from 'ioredis';
-import { type BucketStore, MemoryBucketStore, RedisBucketStore, type TakeOptions, type TakeResult } from 'nest-redis-rate-limit';
+import {
+  type BucketStore,
+  MemoryBucketStore,
+  RedisBucketStore,
+  type SlotAnswer,
+  type SlotCallOptions,
+  type SlotRelease,
+  type SlotRequest,
+  type SlotStore,
+  type TakeOptions,
+  type TakeResult,
+} from 'nest-redis-rate-limit';
 import { verifyBucketStore } from 'nest-redis-rate-limit/testing';
 import type { BucketRequest } from '../../../libs/rate-limit/src/stores/token-bucket.js';
 import { deleteKeys, redisUrl, testPrefix } from '../../support/redis.js';
@@ -40,6 +51,31 @@ class UncappedRefundStore implements BucketStore {
   delete(keys: readonly string[]): Promise<void> {
     return this.inner.delete(keys);
   }
+}
+
+/** Drops the ended slots at every take (not only when it needs their room): inFlight counts fewer ended ones. */
+class EagerSlots implements SlotStore {
+  private readonly keys = new Map<string, Map<string, number>>();
+
+  private live(key: string, now: number): Map<string, number> {
+    const slots = new Map([...(this.keys.get(key) ?? [])].filter(([, end]) => end > now));
+    this.keys.set(key, slots);
+    return slots;
+  }
+
+  takeSlot = async ({ key, limit, holder, leaseMs }: SlotRequest, options?: SlotCallOptions): Promise<SlotAnswer> => {
+    const now = options?.now ?? Date.now();
+    const slots = this.live(key, now);
+    if (!slots.has(holder) && slots.size >= limit) return { held: false, inFlight: slots.size, waitMs: Math.min(...slots.values()) - now };
+    slots.set(holder, now + leaseMs);
+    return { held: true, inFlight: slots.size, waitMs: 0 };
+  };
+
+  giveBackSlot = async (key: string, holder: string): Promise<SlotRelease> => {
+    const slots = this.keys.get(key) ?? new Map<string, number>();
+    const released = slots.delete(holder);
+    return { released, inFlight: slots.size };
+  };
 }
 
 describe('verifyBucketStore: the BucketStore conformance suite', () => {
@@ -93,6 +129,56 @@ describe('verifyBucketStore: the BucketStore conformance suite', () => {
     await expect(verifyBucketStore(floorBlind, { runs: 100, seed: 36_002, priorities: true })).rejects.toThrow(
       /^BucketStore conformance: (allowed differs from the model|a take was admitted below its floor): /,
     );
+  });
+
+  it('with slots: true, passes both stores and catches slots beyond the limit or a give-back of another holder (issue 36)', async () => {
+    const keyPrefix = `${prefix}slots:`;
+    // The buckets are checked too (each run draws as many sequences of both): fewer runs than above.
+    await expect(verifyBucketStore(new MemoryBucketStore(), { runs: 50, seed: 36_005, slots: true })).resolves.toBeUndefined();
+    await expect(
+      verifyBucketStore(new RedisBucketStore(client, false), { runs: 50, seed: 36_005, slots: true, keyPrefix }),
+    ).resolves.toBeUndefined();
+    expect(await client.keys(`${keyPrefix}*`)).toEqual([]);
+
+    const inner = new MemoryBucketStore();
+    const buckets = { remote: false, take: inner.take.bind(inner), delete: inner.delete.bind(inner) };
+    // One slot more than the limit.
+    const overLimit: BucketStore & SlotStore = {
+      ...buckets,
+      takeSlot: (request, options) => inner.takeSlot({ ...request, limit: request.limit + 1 }, options),
+      giveBackSlot: (key, holder) => inner.giveBackSlot(key, holder),
+    };
+    await expect(verifyBucketStore(overLimit, { runs: 30, seed: 36_005, slots: true })).rejects.toThrow(
+      /^BucketStore conformance: a slot take was held beyond the limit \(rule 1\): /,
+    );
+    // A give-back frees the key's first holder, whoever asks.
+    const first = new Map<string, string[]>();
+    const anyHolder: BucketStore & SlotStore = {
+      ...buckets,
+      takeSlot: async (request, options) => {
+        const answer = await inner.takeSlot(request, options);
+        const holders = first.get(request.key) ?? [];
+        if (answer.held && !holders.includes(request.holder)) first.set(request.key, [...holders, request.holder]);
+        return answer;
+      },
+      giveBackSlot: (key, holder) => {
+        const holders = first.get(key) ?? [];
+        const freed = holders.includes(holder) ? holders[0] : holder;
+        first.set(
+          key,
+          holders.filter((h) => h !== freed),
+        );
+        return inner.giveBackSlot(key, freed);
+      },
+    };
+    await expect(verifyBucketStore(anyHolder, { runs: 30, seed: 36_005, slots: true })).rejects.toThrow(
+      /^BucketStore conformance: (a give-back did not free its holder's slot \(rule 3\)|a slot take was held beyond the limit \(rule 1\)): /,
+    );
+    // A store that drops ended slots at once (counts the live ones only) keeps the contract too.
+    await expect(verifyBucketStore({ ...buckets, ...new EagerSlots() }, { runs: 30, seed: 36_005, slots: true })).resolves.toBeUndefined();
+    // Without slots: true neither is checked on its slots; a store without them is refused with it.
+    await expect(verifyBucketStore(overLimit, { runs: 10, seed: 36_005 })).resolves.toBeUndefined();
+    await expect(verifyBucketStore(new UncappedRefundStore(), { slots: true })).rejects.toThrow(/has no takeSlot\(\) and giveBackSlot\(\)/);
   });
 
   it('catches a store whose refund is not capped at capacity', async () => {

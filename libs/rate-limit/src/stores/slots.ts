@@ -33,9 +33,12 @@ export interface SlotRequest {
 export interface SlotAnswer {
   /** The holder has the slot now. */
   held: boolean;
-  /** The identity's slots in flight after the call, this one included when held. */
+  /** The identity's slots in flight after the call, this one included when held (ended ones not yet dropped count: rule 2). */
   inFlight: number;
-  /** Refused: ms until the earliest lease of another slot ends (a bound: a give-back frees one sooner). 0 when held. */
+  /**
+   * Refused: at most the ms until the earliest lease of another slot ends (a bound: a give-back frees one
+   * sooner; the memory store answers it exactly, the Redis script may answer less). 0 when held.
+   */
   waitMs: number;
 }
 

@@ -3,6 +3,8 @@ import type { BucketStore } from '../stores/bucket-store.interface.js';
 import { BucketModel, type ModelRequest } from './bucket-model.js';
 import { KEYS, MAX_NOW, reservationBound, reservationWait, type Scenario, scenarioArb, T0 } from './scenarios.js';
 import { checkFloors, compareResult, fail, resolveCost, resolveFloor } from './compare.js';
+import { holdsSlots } from '../stores/slots.js';
+import { runSlotScenario, SLOT_KEYS, slotScenarioArb } from './slot-check.js';
 
 export interface VerifyBucketStoreOptions {
   /** Random sequences to run. Default 100. */
@@ -21,6 +23,13 @@ export interface VerifyBucketStoreOptions {
    * that implements them: a store used by routes or `BucketService` calls with a priority must. Default false.
    */
   priorities?: boolean;
+  /**
+   * Also check the store's concurrency slots (`SlotStore`: `takeSlot`, `giveBackSlot`) against the model of
+   * slots: as many sequences again of takes, renewals, give-backs (own, twice, a stranger's) and clock
+   * advances past leases over two keys, each with its own limit. Needs `SlotCallOptions.now` honoured as the
+   * store's clock for takes. Default false.
+   */
+  slots?: boolean;
 }
 
 /** Added to a bucket's TTL before it counts as possibly expired in real time. */
@@ -39,13 +48,17 @@ const REAL_TIME_SLACK_MS = 100;
  * What it cannot see: the store's TTLs and stored fields. A bucket whose time (on the simulated clock) has
  * run out is deleted before the next call, as its TTL would; one whose TTL may have run out in real time
  * (a window of a few ms, in a store that counts TTLs in real time, as Redis does) is reset in the store
- * and the model alike. Framework-neutral: call it in a Jest, Vitest or node:test case.
+ * and the model alike. With `slots: true`, the store's concurrency slots are checked against the model of
+ * slots (testing/slot-model.ts says what it promises). Framework-neutral: call it in a Jest, Vitest or node:test case.
  *
  * ```ts
  * it('keeps the BucketStore contract', () => verifyBucketStore(new MyStore(client), { runs: 200 }), 60_000);
  * ```
  */
 export async function verifyBucketStore(store: BucketStore, options: VerifyBucketStoreOptions = {}): Promise<void> {
+  const slotStore = options.slots === true ? store : undefined;
+  if (slotStore !== undefined && !holdsSlots(slotStore))
+    throw new Error('BucketStore conformance: slots: true, but the store has no takeSlot() and giveBackSlot() (SlotStore)');
   const prefix = options.keyPrefix ?? `conformance:${Math.random().toString(36).slice(2, 10)}:`;
   let run = 0;
   const scenario = async ({ policies, alternatives, ops }: Scenario): Promise<void> => {
@@ -136,14 +149,29 @@ export async function verifyBucketStore(store: BucketStore, options: VerifyBucke
       await store.delete(keys).catch(() => undefined);
     }
   };
+  const settings = { numRuns: options.runs ?? 100, ...(options.seed === undefined ? {} : { seed: options.seed }) };
   const details = await fc.check(
     fc.asyncProperty(scenarioArb(false, options.reservations === true, options.priorities === true), scenario),
-    {
-      numRuns: options.runs ?? 100,
-      ...(options.seed === undefined ? {} : { seed: options.seed }),
-    },
+    settings,
   );
-  if (!details.failed) return;
+  if (details.failed) report(details);
+  if (!slotStore) return;
+  const slots = await fc.check(
+    fc.asyncProperty(slotScenarioArb(false), async (sequence) => {
+      const keys = Array.from({ length: SLOT_KEYS }, (_, k) => `${prefix}slots:${run}:{k${k}}`);
+      run++;
+      try {
+        await runSlotScenario(slotStore, sequence, keys);
+      } finally {
+        await store.delete(keys).catch(() => undefined);
+      }
+    }),
+    settings,
+  );
+  if (slots.failed) report(slots);
+}
+
+function report<Ts>(details: fc.RunDetails<Ts>): never {
   // The rule broken first, then fast-check's report (seed, path and the shrunk sequence to replay it). A test's
   // failure report, thrown into the caller's test runner: not a library error, so no code.
   const error = details.errorInstance;
