@@ -4,7 +4,7 @@ import { RateLimitError, RateLimitTimeoutError, RateLimitUnavailableError } from
 import type { Verdict, VerdictSource } from '../rate-limit.interfaces.js';
 import type { FailureMode, ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import type { BucketStore, ReservationMark, ReserveOptions, TakeOptions, TakeResult } from '../stores/bucket-store.interface.js';
-import { type BucketRequest, mergeRepeatedKeys, toDecision } from '../stores/token-bucket.js';
+import { type BucketRequest, mergeRepeatedKeys } from '../stores/token-bucket.js';
 import { ThrottledLogger } from '../throttled-logger.js';
 import { type Breaker, Breakers } from './breakers.js';
 import { DenyCache } from './deny-cache.js';
@@ -12,7 +12,8 @@ import { Fallback, type Reservation } from './fallback.js';
 import { toVerdict } from './to-verdict.js';
 import type { MemoryBucketStore } from '../stores/memory/memory-bucket.store.js';
 import { Deadlines, withTimeout } from './with-timeout.js';
-import { type LeaseAnswer, type LeaseAsk, LeaseBook, type LeaseTake, leases, type LeasingStore } from './lease-book.js';
+import { type LeaseAnswer, type LeaseAsk, LeaseBook, leases, type LeasingStore } from './lease-book.js';
+import { LeasedPath } from './leased-path.js';
 
 /** What `DecisionEngine.health()` answers. */
 export interface EngineHealth {
@@ -41,6 +42,8 @@ export class DecisionEngine {
   private readonly deadlines: Deadlines;
   /** This instance's leases of leased policies' buckets; undefined when the store cannot lease (then they are exact). */
   private readonly leases: LeaseBook | undefined;
+  /** Decisions with leased buckets, over `leases`. */
+  private readonly leased: LeasedPath | undefined;
 
   constructor(
     private readonly store: BucketStore,
@@ -57,6 +60,15 @@ export class DecisionEngine {
       store.remote && leases(store)
         ? new LeaseBook((request, ask, sent) => this.leaseCall(store, request, ask, sent), options.maxLocalBuckets)
         : undefined;
+    this.leased =
+      this.leases === undefined
+        ? undefined
+        : new LeasedPath(
+            this.leases,
+            (requests, dryRun) => this.decideExact(requests, dryRun),
+            (requests) => this.refundDistinct(requests, 'store', undefined),
+            this.fallback,
+          );
   }
 
   /** The application is closing: the leases give their unspent tokens back. */
@@ -97,80 +109,10 @@ export class DecisionEngine {
   }
 
   private decideDistinct(requests: readonly BucketRequest[], dryRun: boolean): Promise<Verdict> {
-    if (this.leases !== undefined && !dryRun) {
-      for (let i = 0; i < requests.length; i++) if (requests[i].lease !== undefined) return this.decideLeased(requests, this.leases);
+    if (this.leased !== undefined && !dryRun) {
+      for (let i = 0; i < requests.length; i++) if (requests[i].lease !== undefined) return this.leased.decide(requests);
     }
     return this.decideExact(requests, dryRun);
-  }
-
-  /**
-   * A decision with leased buckets (docs/explanation/leases.md): each is taken from this instance's
-   * lease (a lease call when it has too few tokens), or decided exactly when cold; then the exact ones in
-   * one call. All or none: a refusal puts back what was spent from leases here. A lease call that fails
-   * sends the whole decision to `failureMode`, as a failed exact call does.
-   */
-  private async decideLeased(requests: readonly BucketRequest[], book: LeaseBook): Promise<Verdict> {
-    const n = requests.length;
-    const takes: (LeaseTake | undefined)[] = new Array(n);
-    let refused = false;
-    let exact: BucketRequest[] | undefined;
-    try {
-      for (let i = 0; i < n && !refused; i++) {
-        const request = requests[i];
-        if (request.lease === undefined) continue;
-        const found = book.take(request);
-        const take = 'then' in found ? await found : found;
-        takes[i] = take;
-        if (take.kind === 'refused') refused = true;
-      }
-    } catch {
-      this.undo(requests, takes, book);
-      return this.fallback.decide(requests, undefined);
-    }
-    for (let i = 0; i < n; i++) if (takes[i]?.kind !== 'spent' && takes[i]?.kind !== 'refused') (exact ??= []).push(requests[i]);
-    if (refused) {
-      this.undo(requests, takes, book);
-      // The buckets not asked are shown as they stand (a peek), so that each decision says whether it had its cost.
-      const peeked = exact === undefined ? undefined : await this.decideExact(exact, true);
-      return this.merge(requests, takes, peeked, false, 'store');
-    }
-    if (exact === undefined) return this.merge(requests, takes, undefined, true, 'store');
-    const verdict = await this.decideExact(exact, false);
-    for (let j = 0, i = 0; i < n; i++) {
-      if (takes[i] !== undefined && takes[i]!.kind !== 'exact') continue;
-      if (requests[i].lease !== undefined && verdict.source === 'store') book.saw(requests[i], exactTokens(verdict, j));
-      j++;
-    }
-    if (!verdict.allowed) this.undo(requests, takes, book);
-    return this.merge(requests, takes, verdict, verdict.allowed, verdict.source);
-  }
-
-  /** Puts back what a decision spent from leases here: into the lease when no call was sent for it since, else by an exact refund. */
-  private undo(requests: readonly BucketRequest[], takes: readonly (LeaseTake | undefined)[], book: LeaseBook): void {
-    const refunds: BucketRequest[] = [];
-    for (let i = 0; i < requests.length; i++) {
-      if (takes[i]?.kind !== 'spent') continue;
-      if (book.putBack(requests[i]) === undefined) refunds.push(requests[i]);
-    }
-    if (refunds.length > 0) void this.refundDistinct(refunds, 'store', undefined);
-  }
-
-  /** One verdict of the leased takes and the exact verdict of the others (in request order). */
-  private merge(
-    requests: readonly BucketRequest[],
-    takes: readonly (LeaseTake | undefined)[],
-    exact: Verdict | undefined,
-    allowed: boolean,
-    source: VerdictSource,
-  ): Verdict {
-    const decisions = new Array(requests.length);
-    for (let i = 0, j = 0; i < requests.length; i++) {
-      const take = takes[i];
-      const r = requests[i];
-      if (take !== undefined && take.kind !== 'exact') decisions[i] = toDecision(r, take.tokens, r.cost, allowed);
-      else decisions[i] = exact === undefined ? toDecision(r, r.capacity, r.cost, allowed) : { ...exact.decisions[j++], allowed };
-    }
-    return { allowed, source, decisions };
   }
 
   /** One lease call, within `timeoutMs` and through the breakers like a decision; rejects when the store fails. */
@@ -322,8 +264,8 @@ export class DecisionEngine {
     const refund: TakeOptions = givesBack === undefined ? { refund: true } : { refund: true, givesBack };
     if (source === 'local') return this.fallback.local.takeSync(requests, refund).tokens;
     if (source !== 'store') return undefined;
-    if (this.leases !== undefined && givesBack === undefined) {
-      const back = this.backToLeases(requests, this.leases);
+    if (this.leased !== undefined && givesBack === undefined) {
+      const back = this.leased.backToLeases(requests);
       if (back !== undefined) return back;
     }
     // Forgotten before and after: a denial learned from a request the store decided before the refund is stale.
@@ -338,36 +280,6 @@ export class DecisionEngine {
       this.failed(error, requests);
       return undefined;
     }
-  }
-
-  /**
-   * A refund of requests spent from leases here goes back into the lease when no call was sent for it
-   * since (no call at all); the others are refunded exactly, in one call. Undefined when none was spent
-   * from a lease (the usual refund).
-   */
-  private backToLeases(requests: readonly BucketRequest[], book: LeaseBook): Promise<number[] | undefined> | undefined {
-    let tokens: number[] | undefined;
-    let rest: BucketRequest[] | undefined;
-    let at: number[] | undefined;
-    for (let i = 0; i < requests.length; i++) {
-      const request = requests[i];
-      if (!book.spent(request)) continue;
-      tokens ??= new Array<number>(requests.length);
-      const back = book.putBack(request);
-      if (back !== undefined) tokens[i] = back;
-    }
-    if (tokens === undefined) return undefined;
-    for (let i = 0; i < requests.length; i++) {
-      if (tokens[i] !== undefined) continue;
-      (rest ??= []).push(requests[i]);
-      (at ??= []).push(i);
-    }
-    if (rest === undefined) return Promise.resolve(tokens);
-    return this.refundDistinct(rest, 'store', undefined).then((exact) => {
-      if (exact === undefined) return undefined;
-      at!.forEach((i, j) => (tokens![i] = exact[j]));
-      return tokens;
-    });
   }
 
   /**
@@ -405,11 +317,6 @@ export class DecisionEngine {
     }
     this.denyCache?.forget(key);
   }
-}
-
-/** The tokens behind the exact verdict's decision `j` (its remaining count: whole tokens, enough to size a batch). */
-function exactTokens(verdict: Verdict, j: number): number {
-  return verdict.decisions[j].remaining;
 }
 
 /** A reservation as its answer describes it, for its give-back; undefined when the store did not tell its clock. */
