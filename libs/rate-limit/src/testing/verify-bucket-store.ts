@@ -3,7 +3,7 @@ import type { BucketStore } from '../stores/bucket-store.interface.js';
 import { BucketModel, type ModelRequest } from './bucket-model.js';
 import { KEYS, MAX_NOW, reservationBound, reservationWait, type Scenario, scenarioArb, T0 } from './scenarios.js';
 import { checkFloors, compareResult, fail, resolveCost, resolveFloor } from './compare.js';
-import { holdsSlots } from '../stores/slots.js';
+import { holdsSlots, type SlotStore } from '../stores/slots.js';
 import { runSlotScenario, SLOT_KEYS, slotScenarioArb } from './slot-check.js';
 
 export interface VerifyBucketStoreOptions {
@@ -56,9 +56,14 @@ const REAL_TIME_SLACK_MS = 100;
  * ```
  */
 export async function verifyBucketStore(store: BucketStore, options: VerifyBucketStoreOptions = {}): Promise<void> {
-  const slotStore = options.slots === true ? store : undefined;
-  if (slotStore !== undefined && !holdsSlots(slotStore))
-    throw new Error('BucketStore conformance: slots: true, but the store has no takeSlot() and giveBackSlot() (SlotStore)');
+  // Narrowed in one expression: apps compile this file with strict off too (Nest's default), where a
+  // type guard's narrowing does not carry over to a later statement.
+  let slotStore: (BucketStore & SlotStore) | undefined;
+  if (options.slots === true) {
+    if (!holdsSlots(store))
+      throw new Error('BucketStore conformance: slots: true, but the store has no takeSlot() and giveBackSlot() (SlotStore)');
+    slotStore = store;
+  }
   const prefix = options.keyPrefix ?? `conformance:${Math.random().toString(36).slice(2, 10)}:`;
   let run = 0;
   const scenario = async ({ policies, alternatives, ops }: Scenario): Promise<void> => {
