@@ -1,5 +1,5 @@
 import { Test, type TestingModule } from '@nestjs/testing';
-import { BucketService, RateLimitConcurrencyError, RateLimitModule } from 'nest-redis-rate-limit';
+import { BucketService, BucketStore, RateLimitConcurrencyError, RateLimitModule, type RedisBucketStore } from 'nest-redis-rate-limit';
 import { redisUrl } from '../../support/redis.js';
 import { redisScenario } from '../../support/scenario.js';
 
@@ -122,9 +122,19 @@ describe('BucketService concurrency slots', () => {
     expect((await slotsOf('abort')).n).toBe('1');
     const closing = buckets.takeSlot('abort', { limit: 1, maxWaitMs: 5_000 });
     await new Promise((resolve) => setTimeout(resolve, 50));
+    // Takes sent from here on: a waiter woken by the close must not ask again (a slot it got then would
+    // be given back over a connection that is closing, and stay held until its lease ends).
+    const store = moduleRef!.get<RedisBucketStore>(BucketStore);
+    const takeSlot = store.takeSlot.bind(store);
+    let takesDuringClose = 0;
+    store.takeSlot = (...args) => {
+      takesDuringClose++;
+      return takeSlot(...args);
+    };
     await moduleRef!.close();
     moduleRef = undefined;
     await expect(closing).rejects.toMatchObject({ code: 'ERR_RATE_LIMIT_SHUTTING_DOWN' });
+    expect(takesDuringClose).toBe(0);
     // The held slot went back with the application.
     expect(await slotsOf('abort')).toEqual({});
     void held;

@@ -114,6 +114,8 @@ export class ConcurrencySlots {
       if (left <= 0) break;
       const handed = await this.wait(take, Math.min(left, delay));
       if (handed !== undefined) return this.adopt(handed, take);
+      // Woken by close(): asking again would take a slot the closing store may no longer give back.
+      if (this.closing) break;
       delay = Math.min(delay * 2, POLL_MAX_MS);
       answer = await this.ask(take, holder);
     }
