@@ -46,6 +46,8 @@ export default {
   globalTeardown: common.globalTeardown,
   testTimeout: common.testTimeout,
   maxWorkers: 2,
+  // Spreads the timing project's heavy files apart (the other projects have none: their order is jest's).
+  testSequencer: '<rootDir>/test/support/timing-sequencer.mjs',
   projects: [
     {
       ...common,
