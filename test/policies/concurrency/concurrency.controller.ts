@@ -1,6 +1,18 @@
-import { BadRequestException, Controller, Get, Param, Sse, StreamableFile } from '@nestjs/common';
+import {
+  BadRequestException,
+  type CallHandler,
+  Controller,
+  type ExecutionContext,
+  Get,
+  Injectable,
+  type NestInterceptor,
+  Param,
+  Sse,
+  StreamableFile,
+  UseInterceptors,
+} from '@nestjs/common';
 import { Readable } from 'node:stream';
-import { Observable } from 'rxjs';
+import { Observable, timeout } from 'rxjs';
 import { ConcurrencyLimit, RateLimit } from 'nest-redis-rate-limit';
 
 /**
@@ -13,7 +25,11 @@ export class Gates {
   inFlight = 0;
   most = 0;
 
+  /** The ids of the handlers that ran, in order. */
+  readonly entered: string[] = [];
+
   async gate(id: string): Promise<void> {
+    this.entered.push(id);
     this.most = Math.max(this.most, ++this.inFlight);
     try {
       if (this.opened.has(id)) return;
@@ -46,6 +62,15 @@ export class Gates {
 }
 
 export const gates = new Gates();
+
+/** An app's own timeout around the route (outside RateLimitInterceptor): 300 ms, then a 500; for ids `short-*` only. */
+@Injectable()
+export class ShortTimeout implements NestInterceptor {
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const id: string = context.switchToHttp().getRequest<{ params: { id: string } }>().params.id;
+    return id.startsWith('short-') ? next.handle().pipe(timeout(300)) : next.handle();
+  }
+}
 
 /** Two in flight per client address; each request waits at its gate `id` and ends as `how` says. */
 @Controller('conc')
@@ -81,6 +106,15 @@ export class ConcurrencyController {
   @RateLimit({ capacity: 5, refillPerSecond: 0.001, name: 'both-wait-rate' })
   @ConcurrencyLimit({ limit: 1, name: 'both-wait', maxWaitMs: 3000 })
   async bothWait(@Param('id') id: string) {
+    await gates.gate(id);
+    return { id };
+  }
+
+  /** One slot, waited for up to 3 s inside an app timeout of 300 ms: a request the timeout ends must not keep waiting. */
+  @Get('timed/:id')
+  @ConcurrencyLimit({ limit: 1, name: 'timed', maxWaitMs: 3000 })
+  @UseInterceptors(ShortTimeout)
+  async timed(@Param('id') id: string) {
     await gates.gate(id);
     return { id };
   }

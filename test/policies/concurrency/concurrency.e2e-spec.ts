@@ -218,6 +218,21 @@ describe('@ConcurrencyLimit over HTTP', () => {
     expect(gates.most).toBe(1);
   });
 
+  it('gives up the wait of a request an app timeout ended: the slot freed later is not taken for nobody', async () => {
+    const app = await start('redis');
+    const holder = send(app, '/conc/timed/hold-1');
+    await gates.waitingFor(1);
+    // Waits for the slot (maxWaitMs 3 s), and the app's timeout around the route ends it after 300 ms.
+    expect(await send(app, '/conc/timed/short-2')).toMatch(/^500 /);
+    gates.open('hold-1');
+    await holder;
+    // short-2 never ran, and holds nothing: the slot key goes once hold-1's slot is back.
+    await eventually(async () => (await slotsLeft()).length === 0, 'no slot left for the timed-out request');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await slotsLeft()).toEqual([]);
+    expect(gates.entered.filter((id) => id === 'hold-1' || id === 'short-2')).toEqual(['hold-1']);
+  });
+
   it('reports each slot decision to onDecision and the metrics, apart from the rate decisions, and the slots held now', async () => {
     const events: RateLimitDecisionEvent[] = [];
     const recorded = new Recorded();

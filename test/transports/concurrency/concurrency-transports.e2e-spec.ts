@@ -1,5 +1,15 @@
 import type { AddressInfo } from 'node:net';
-import { Controller, type INestApplication, type INestMicroservice, Module } from '@nestjs/common';
+import {
+  type CallHandler,
+  Controller,
+  type ExecutionContext,
+  type INestApplication,
+  type INestMicroservice,
+  Injectable,
+  Module,
+  type NestInterceptor,
+  UseInterceptors,
+} from '@nestjs/common';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Args, GraphQLModule, Query, Resolver } from '@nestjs/graphql';
 import { ClientProxyFactory, type ClientProxy, MessagePattern, Payload, Transport } from '@nestjs/microservices';
@@ -7,7 +17,7 @@ import { WsAdapter } from '@nestjs/platform-ws';
 import { MessageBody, SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
-import { firstValueFrom } from 'rxjs';
+import { firstValueFrom, type Observable, timeout } from 'rxjs';
 import request from 'supertest';
 import { ConcurrencyLimit, RateLimitModule } from 'nest-redis-rate-limit';
 import { Gates } from '../../policies/concurrency/concurrency.controller.js';
@@ -45,8 +55,26 @@ class SlowGateway {
   }
 }
 
+/** The app's own timeout around a handler (outside RateLimitInterceptor): 300 ms for payloads `short-*`. */
+@Injectable()
+class ShortTimeout implements NestInterceptor {
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const id = context.switchToRpc().getData<string>();
+    return id.startsWith('short-') ? next.handle().pipe(timeout(300)) : next.handle();
+  }
+}
+
 @Controller()
 class SlowHandlers {
+  /** One slot, waited for up to 3 s, inside the app's timeout: a message the timeout ended must not keep waiting. */
+  @MessagePattern({ cmd: 'timed' })
+  @ConcurrencyLimit({ limit: 1, name: 'rpc-timed', keyBy: () => 'all', maxWaitMs: 3000 })
+  @UseInterceptors(ShortTimeout)
+  async timed(@Payload() id: string) {
+    await gates.gate(id);
+    return id;
+  }
+
   @MessagePattern({ cmd: 'slow' })
   @ConcurrencyLimit({ limit: 1, name: 'rpc', keyBy: () => 'all' })
   async slow(@Payload() id: string) {
@@ -169,6 +197,18 @@ describe('@ConcurrencyLimit on GraphQL, WebSocket and microservice handlers', ()
       gates.open('r4');
       expect(await send('r4')).toBe('r4');
       await settled('rpc');
+
+      // A message waiting for its slot when the app's timeout ends it: it gives up the wait, and the slot
+      // freed later is not taken for a handler nobody will run (no response closes here to say so).
+      const timed = (id: string) => firstValueFrom(client.send({ cmd: 'timed' }, id)).catch((error: unknown) => ({ error }));
+      const holder = timed('hold-1');
+      await gates.waitingFor(1);
+      expect(await timed('short-2')).toEqual({ error: expect.anything() });
+      gates.open('hold-1');
+      expect(await holder).toBe('hold-1');
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await settled('rpc-timed');
+      expect(gates.entered.filter((id) => id === 'hold-1' || id === 'short-2')).toEqual(['hold-1']);
     } finally {
       await client.close();
       await microservice.close();

@@ -1,5 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
-import type { Observable } from 'rxjs';
+import { Observable, type Subscription } from 'rxjs';
 // From 'rxjs/operators': the 'rxjs' entry point exports operators only since 7.2, and the peer range starts at 7.1.
 import { finalize } from 'rxjs/operators';
 import type { BucketService } from '../bucket/bucket.service.js';
@@ -35,20 +35,69 @@ export class RouteSlots {
     private readonly events: RateLimitEvents,
   ) {}
 
-  async around(
+  /**
+   * The handler's stream, in a slot. The slot is asked for when the stream is subscribed to, and the
+   * subscription owns it: one that ends while the take is pending (a timeout interceptor around this
+   * one, a client gone while waiting) aborts the wait, and a slot granted after that is given back at
+   * once, so no slot is ever held for a stream nobody reads.
+   */
+  around(
     context: ExecutionContext,
     call: LimitedCall,
     state: RequestState,
     limit: CompiledConcurrency,
     handle: () => Observable<unknown>,
-  ): Promise<Observable<unknown>> {
+  ): Observable<unknown> {
+    return new Observable<unknown>((subscriber) => {
+      const ended = new AbortController();
+      let inner: Subscription | undefined;
+      this.admit(context, call, state, limit, ended.signal).then(
+        (slot) => {
+          if (slot !== undefined && ended.signal.aborted) return void slot.release();
+          if (ended.signal.aborted) return;
+          let stream: Observable<unknown>;
+          try {
+            if (slot !== undefined && slot.source !== 'open') {
+              this.headers.writeConcurrency(call.response, slot.limit, slot.inFlight, undefined);
+            }
+            stream = handle();
+          } catch (error) {
+            void slot?.release();
+            subscriber.error(error);
+            return;
+          }
+          inner = (slot === undefined ? stream : this.held(stream, slot, nodeResponse(call))).subscribe(subscriber);
+        },
+        (error: unknown) => subscriber.error(error),
+      );
+      return () => {
+        ended.abort(new Error('the request ended before its concurrency slot was taken'));
+        inner?.unsubscribe();
+      };
+    });
+  }
+
+  /**
+   * Takes the slot of the request (undefined: its identity is allow-listed, no slot), waiting up to
+   * `maxWaitMs` unless `ended` aborts or the client leaves; reports the decision; refuses by throwing.
+   */
+  private async admit(
+    context: ExecutionContext,
+    call: LimitedCall,
+    state: RequestState,
+    limit: CompiledConcurrency,
+    ended: AbortSignal,
+  ): Promise<ConcurrencySlot | undefined> {
     const found = this.identities.of(context, call.request, state.plan, limit, state.hooks);
     const who = 'then' in found ? await found : found;
-    if (this.identities.allowListed(who)) return handle();
+    if (this.identities.allowListed(who)) return undefined;
     const raw = nodeResponse(call);
-    const waiting = limit.maxWaitMs > 0 && raw !== undefined ? new AbortController() : undefined;
-    const gone = waiting === undefined ? undefined : () => waiting.abort(new Error('the client closed the connection'));
+    const waiting = new AbortController();
+    const stop = () => waiting.abort(new Error('the client closed the connection'));
+    const gone = limit.maxWaitMs > 0 && raw !== undefined ? stop : undefined;
     if (gone !== undefined) raw!.once('close', gone);
+    if (ended.aborted) stop();
+    else ended.addEventListener('abort', stop, { once: true });
     let slot: ConcurrencySlot;
     try {
       slot = await this.buckets.slots.take({
@@ -57,7 +106,7 @@ export class RouteSlots {
         limit: limit.limit,
         leaseMs: limit.leaseMs,
         maxWaitMs: limit.maxWaitMs,
-        signal: waiting?.signal,
+        signal: waiting.signal,
         failureMode: this.options.failureMode,
       });
     } catch (error) {
@@ -66,6 +115,7 @@ export class RouteSlots {
       throw error;
     } finally {
       if (gone !== undefined) raw!.removeListener('close', gone);
+      ended.removeEventListener('abort', stop);
     }
     if (this.events.decisionsWatched) {
       this.events.decision({
@@ -81,15 +131,11 @@ export class RouteSlots {
       });
     }
     if (!slot.held) return this.refuse(context, call, state, slot);
-    let stream: Observable<unknown>;
-    try {
-      if (slot.source !== 'open') this.headers.writeConcurrency(call.response, slot.limit, slot.inFlight, undefined);
-      stream = handle();
-    } catch (error) {
-      void slot.release();
-      throw error;
-    }
-    // Two holds: the handler's stream, and (HTTP) the response; the slot goes back when both are done.
+    return slot;
+  }
+
+  /** `stream`, holding `slot` until it ends and (HTTP) the response has closed: two holds, the slot back when both are done. */
+  private held(stream: Observable<unknown>, slot: ConcurrencySlot, raw: NodeResponse | undefined): Observable<unknown> {
     let holds = raw !== undefined && !closed(raw) ? 2 : 1;
     const done = () => {
       if (--holds === 0) void slot.release();
