@@ -155,9 +155,9 @@ it('shows the traffic of the other instance in the chart and the top list', asyn
   const row = page.locator('#top-body tr', { hasText: 'ip:198.51.100.7' });
   await row.waitFor({ timeout: 6000 });
   await expect(row.locator('td').nth(0).textContent()).resolves.toBe('4');
-  await page.waitForFunction("/8 allowed, 4 refused/.test(document.getElementById('chart-caption')?.textContent ?? '')", undefined, {
-    timeout: 4000,
-  });
+  // A locator's wait, not waitForFunction: a string predicate that is not true at once is polled with
+  // eval in the page, which the dashboard's CSP refuses (seen when the chart was late, 2026-12-06).
+  await page.locator('#chart-caption', { hasText: /8 allowed, 4 refused/ }).waitFor({ timeout: 4000 });
   expect(await page.locator('#chart svg polyline.refused').count()).toBe(1);
   expect(await page.locator('#health-status').textContent()).toMatch(/^Up: redis decides every request/);
 });
