@@ -120,6 +120,13 @@ describe('BucketService concurrency slots', () => {
     setTimeout(() => controller.abort(new Error('caller gave up')), 50);
     await expect(wait).rejects.toMatchObject({ name: 'AbortError', cause: new Error('caller gave up') });
     expect((await slotsOf('abort')).n).toBe('1');
+    // Aborted while its first take is on its way to Redis: it ends then, not after polling for maxWaitMs.
+    const early = new AbortController();
+    const started = performance.now();
+    const asked = buckets.takeSlot('abort', { limit: 1, maxWaitMs: 3_000, signal: early.signal });
+    early.abort(new Error('at once'));
+    await expect(asked).rejects.toMatchObject({ name: 'AbortError', cause: new Error('at once') });
+    expect(performance.now() - started).toBeLessThan(1_000);
     const closing = buckets.takeSlot('abort', { limit: 1, maxWaitMs: 5_000 });
     await new Promise((resolve) => setTimeout(resolve, 50));
     // Takes sent from here on: a waiter woken by the close must not ask again (a slot it got then would

@@ -109,7 +109,7 @@ export class ConcurrencySlots {
     const deadline = performance.now() + take.maxWaitMs;
     let answer = await this.ask(take, holder);
     let delay = POLL_FIRST_MS;
-    while (!answer.held && answer.source === 'store' && !this.closing) {
+    while (!answer.held && answer.source === 'store' && !this.closing && take.signal?.aborted !== true) {
       const left = deadline - performance.now();
       if (left <= 0) break;
       const handed = await this.wait(take, Math.min(left, delay));
@@ -188,6 +188,8 @@ export class ConcurrencySlots {
   /** Waits for a handover up to `ms`; undefined: ask the store again. Rejects when the signal aborts. */
   private wait(take: SlotTake, ms: number): Promise<Holding | undefined> {
     return new Promise<Holding | undefined>((resolve, reject) => {
+      // An 'abort' listener added to a signal that has aborted already would never be called.
+      if (take.signal?.aborted === true) return reject(abortError(take.signal, 'a concurrency slot'));
       let waiters = this.waiting.get(take.key);
       if (waiters === undefined) this.waiting.set(take.key, (waiters = []));
       const list = waiters;
