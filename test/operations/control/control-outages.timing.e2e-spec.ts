@@ -82,6 +82,12 @@ describe('live changes through a Redis restart', () => {
       // Redis came back without the keys (no persistence): what is in force is what it holds, nothing.
       await within(6_000, async () => health.status().operations?.syncFailing === false && (await statusOf(b, '192.0.2.1')) === 200);
       expect(health.status().operations).toMatchObject({ blocks: 0 });
+      // The operator's change goes through app a: its own connection must be back too (b's sync says only
+      // that b's is: a fresh clone's .ci/run of 2026-12-06 called a while it still reconnected).
+      await within(6_000, () => {
+        const status = a.get(RateLimitHealth).status();
+        return status.reachable && status.operations?.syncFailing === false;
+      });
       await ops.block({ target: 'ip:192.0.2.2', seconds: 300, reason: 'after the restart', by: 'ops' });
       await within(2_000, () => blocked(b, '192.0.2.2'));
     },
