@@ -2,7 +2,7 @@ import { type INestApplication, Logger, Module } from '@nestjs/common';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Field, GraphQLModule, Int, ObjectType, Query, ResolveField, Resolver } from '@nestjs/graphql';
 import { Redis } from 'ioredis';
-import { RateLimit, RateLimitModule } from 'nest-redis-rate-limit';
+import { ConcurrencyLimit, RateLimit, RateLimitModule } from 'nest-redis-rate-limit';
 import { createApp } from '../../support/app.js';
 import { LogRecorder } from '../../support/log-recorder.js';
 import { deleteKeys, redisUrl, testPrefix } from '../../support/redis.js';
@@ -35,6 +35,27 @@ class ItemResolver {
   @ResolveField(() => Int, { nullable: true })
   @RateLimit({ capacity: 3, refillPerSecond: SLOW, keyBy: () => 'tenant-a' })
   detail(): number {
+    return 1;
+  }
+}
+
+@ObjectType()
+class Job {
+  @Field(() => Int)
+  id!: number;
+}
+
+@Resolver(() => Job)
+class JobResolver {
+  @Query(() => [Job])
+  jobs(): Job[] {
+    return Array.from({ length: 3 }, (_, id) => ({ id }));
+  }
+
+  /** A concurrency limit: its slot is taken by RateLimitInterceptor alone. */
+  @ResolveField(() => Int, { nullable: true })
+  @ConcurrencyLimit(1)
+  progress(): number {
     return 1;
   }
 }
@@ -147,6 +168,22 @@ describe('a policy on a GraphQL field resolver', () => {
         "is decided after your guards, by RateLimitInterceptor, and GraphQLModule's fieldResolverEnhancers ['guards'] runs no " +
         "interceptor on field resolvers. Add 'interceptors' to fieldResolverEnhancers, or put @SkipRateLimit() on the field resolver",
     });
+  });
+
+  it("stops the start when a field resolver's @ConcurrencyLimit would run without RateLimitInterceptor, 'guards' or not", async () => {
+    for (const enhancers of [['guards'], undefined] as Enhancers[]) {
+      const { app, error } = await start(enhancers, [JobResolver]);
+      expect(app).toBeUndefined();
+      expect(error).toMatchObject({
+        code: 'ERR_RATE_LIMIT_FIELD_RESOLVER_UNENFORCED',
+        reason: expect.stringMatching(
+          /^@ConcurrencyLimit on JobResolver\.progress \(a GraphQL field resolver\) would never be enforced: .* runs no interceptor on field resolvers\. Add 'interceptors'/,
+        ),
+      });
+    }
+    const { app, error } = await start(['guards', 'interceptors'], [JobResolver]);
+    expect(error).toBeUndefined();
+    await app?.close();
   });
 
   it('stops the start when no enhancer runs on field resolvers and one has a @RateLimit of its own', async () => {

@@ -44,6 +44,15 @@ export function checkFieldResolvers(
   const named = set === undefined ? '(not set)' : `[${enhancers.map((e) => `'${String(e)}'`).join(', ')}]`;
   for (const { handler, plan } of routes) {
     if (plan === null || !Reflect.hasMetadata(FIELD_RESOLVER, handler)) continue;
+    if (plan.concurrency !== undefined) {
+      // The slot is taken and given back by RateLimitInterceptor alone: without it, no limit at all.
+      findings.refused.push(
+        `@ConcurrencyLimit on ${plan.route} (a GraphQL field resolver) would never be enforced: GraphQLModule's ` +
+          `fieldResolverEnhancers ${named} runs no interceptor on field resolvers. Add 'interceptors' to ` +
+          'fieldResolverEnhancers, or put @SkipRateLimit() on the field resolver',
+      );
+      continue;
+    }
     const own = Reflect.getOwnMetadata(RATE_LIMIT_POLICIES, handler) !== undefined;
     const where = `@RateLimit on ${plan.route} (a GraphQL field resolver)`;
     if (guards) {
