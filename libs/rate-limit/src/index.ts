@@ -36,7 +36,7 @@ export { ConcurrencyLimit } from './decorators/concurrency-limit.decorator.js';
 export type { ConcurrencyLimitOptions } from './policies/concurrency-option.js';
 export type { ConcurrencySlot, SlotSource } from './bucket/concurrency-slots.js';
 export type { SlotOptions } from './bucket/slot-options.js';
-export type { SlotAnswer, SlotCallOptions, SlotRelease, SlotRequest, SlotStore } from './stores/slots.js';
+export type { SlotAnswer, SlotCallOptions, SlotRelease, SlotRequest, SlotStore, SlotTakeResult } from './stores/slots.js';
 export { SkipRateLimit } from './decorators/skip-rate-limit.decorator.js';
 export { BucketService, type BucketEntry, type PrioritizedPolicy } from './bucket/bucket.service.js';
 export { RateLimitHealth, type RateLimitIndicator, type RateLimitStatus } from './operations/rate-limit-health.js';

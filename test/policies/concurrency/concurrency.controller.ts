@@ -101,6 +101,18 @@ export class ConcurrencyController {
     return { id };
   }
 
+  /**
+   * As `both`, with the rate policy decided after the app's guards, where the slot is: both in one store
+   * call (take-with-slot.lua), and a request refused for its slot takes no token to give back.
+   */
+  @Get('together/:id')
+  @RateLimit({ capacity: 5, refillPerSecond: 0.001, name: 'together-rate', phase: 'after-guards' })
+  @ConcurrencyLimit({ limit: 1, name: 'together' })
+  async together(@Param('id') id: string) {
+    await gates.gate(id);
+    return { id };
+  }
+
   /** As `both`, waiting up to 3 s for the slot: a client that leaves while it waits takes no token either. */
   @Get('both-wait/:id')
   @RateLimit({ capacity: 5, refillPerSecond: 0.001, name: 'both-wait-rate' })

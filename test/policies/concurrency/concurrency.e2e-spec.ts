@@ -181,17 +181,20 @@ describe('@ConcurrencyLimit over HTTP', () => {
       if (store === 'redis') await eventually(async () => (await slotsLeft()).length === 0, 'no slot left in Redis');
     });
 
-    it('gives back the rate tokens of a request refused for its slot: the request is all or nothing', async () => {
+    it.each([
+      ['both', 'in two calls'],
+      ['together', 'in one call'],
+    ])('takes no rate token for a request refused for its slot: /conc/%s, rate and slot %s', async (route) => {
       const app = await start(store);
-      const holder = send(app, `/conc/both/${store}-b1`);
+      const holder = send(app, `/conc/${route}/${store}-b1`);
       await gates.waitingFor(1);
       // Four refused for the slot: with their tokens kept, the bucket of 5 would be empty now.
-      for (let i = 0; i < 4; i++) expect(await send(app, `/conc/both/${store}-bx`)).toMatch(/^429 limit=1 inFlight=1 /);
+      for (let i = 0; i < 4; i++) expect(await send(app, `/conc/${route}/${store}-bx`)).toMatch(/^429 limit=1 inFlight=1 /);
       gates.open(`${store}-b1`);
       await holder;
       gates.open(`${store}-b2`);
       const remaining = await request(app.getHttpServer())
-        .get(`/conc/both/${store}-b2`)
+        .get(`/conc/${route}/${store}-b2`)
         .then((r) => r.headers['x-ratelimit-remaining']);
       expect(remaining).toBe('3');
     });

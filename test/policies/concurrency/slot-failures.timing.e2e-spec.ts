@@ -1,6 +1,9 @@
+import { Controller, Get, type INestApplication, Module, Param } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
-import { BucketService, type FailureMode, RateLimitModule } from 'nest-redis-rate-limit';
+import request from 'supertest';
+import { BucketService, ConcurrencyLimit, type FailureMode, RateLimit, RateLimitModule } from 'nest-redis-rate-limit';
+import { createApp } from '../../support/app.js';
 import { RedisServer } from '../../support/redis.js';
 
 /**
@@ -10,6 +13,21 @@ import { RedisServer } from '../../support/redis.js';
  * while Redis fails, failureMode answers within timeoutMs.
  */
 const TIMEOUT_MS = 150;
+
+/** Requests held in their handler until the test lets them go. */
+const held = new Map<string, () => void>();
+
+/** A rate policy and a slot decided in the same phase: one store call takes both (take-with-slot.lua). */
+@Controller('together')
+class TogetherController {
+  @Get(':id')
+  @RateLimit({ capacity: 5, refillPerSecond: 0.001, name: 'together-rate', phase: 'after-guards' })
+  @ConcurrencyLimit({ limit: 1, name: 'together' })
+  async together(@Param('id') id: string) {
+    await new Promise<void>((resolve) => held.set(id, resolve));
+    return { id };
+  }
+}
 
 describe('concurrency slots over time and failures', () => {
   let server: RedisServer;
@@ -138,5 +156,103 @@ describe('concurrency slots over time and failures', () => {
     } finally {
       server.signal('SIGCONT');
     }
+  });
+
+  describe('a route whose rate policy and slot are one call (take-with-slot.lua)', () => {
+    let app: INestApplication | undefined;
+    afterEach(async () => {
+      for (const release of held.values()) release();
+      held.clear();
+      await app?.close();
+      app = undefined;
+    });
+
+    async function start(failureMode: FailureMode): Promise<string> {
+      prefix = `slot-failures:${n++}:`;
+      @Module({
+        imports: [RateLimitModule.forRoot({ redis: server.url, keyPrefix: prefix, timeoutMs: TIMEOUT_MS, failureMode })],
+        controllers: [TogetherController],
+      })
+      class TogetherModule {}
+      app = await createApp(TogetherModule, 'express');
+      app.useLogger(false);
+      await app.listen(0, '127.0.0.1');
+      return app.getUrl();
+    }
+
+    /** Resolves once the handler of `id` runs. */
+    async function entered(id: string): Promise<void> {
+      for (let i = 0; i < 200 && !held.has(id); i++) await sleep(5);
+      if (!held.has(id)) throw new Error(`the handler of ${id} never ran`);
+    }
+
+    it.each([
+      ['closed', 503],
+      ['local', 429],
+    ] as const)(
+      "answers within timeoutMs + 200 ms while Redis is paused: failureMode '%s', the second request %d",
+      async (mode, second) => {
+        const url = await start(mode);
+        server.signal('SIGSTOP');
+        try {
+          let started = performance.now();
+          const first = request(url).get('/together/first');
+          const firstStatus = first.then((r) => r.status);
+          if (mode === 'local') {
+            // The in-process buckets and slots decide: the first runs, in the one local slot.
+            await entered('first');
+            expect(performance.now() - started).toBeLessThan(TIMEOUT_MS + 200);
+          } else {
+            expect(await firstStatus).toBe(503);
+            expect(performance.now() - started).toBeLessThan(TIMEOUT_MS + 200);
+          }
+          started = performance.now();
+          const other = await request(url).get('/together/second');
+          expect(performance.now() - started).toBeLessThan(TIMEOUT_MS + 200);
+          expect(other.status).toBe(second);
+          if (mode === 'local') {
+            expect(other.headers['concurrency-limit']).toBe('1');
+            held.get('first')!();
+            expect(await firstStatus).toBe(200);
+            // The refused request's local token went back: 5 - first - this one.
+            // supertest sends on then(): now.
+            const third = request(url)
+              .get('/together/third')
+              .then((r) => r);
+            await entered('third');
+            held.get('third')!();
+            expect((await third).headers['x-ratelimit-remaining']).toBe('3');
+          }
+        } finally {
+          server.signal('SIGCONT');
+        }
+      },
+    );
+
+    it("gives back a slot granted after the call timed out (failureMode 'open')", async () => {
+      const url = await start('open');
+      server.signal('SIGSTOP');
+      let response;
+      try {
+        const started = performance.now();
+        response = request(url)
+          .get('/together/late')
+          .then((r) => r);
+        await entered('late');
+        // The request runs without a slot, admitted within the deadline.
+        expect(performance.now() - started).toBeLessThan(TIMEOUT_MS + 200);
+      } finally {
+        server.signal('SIGCONT');
+      }
+      // Redis ran the script when it woke up and granted the slot to nobody: its late reply gives it back.
+      let left = 1;
+      for (let i = 0; i < 100 && left > 0; i++) {
+        await sleep(20);
+        left = await client.exists(`${prefix}{ip:127.0.0.1}!together`);
+      }
+      expect(left).toBe(0);
+      held.get('late')!();
+      expect((await response).status).toBe(200);
+    });
   });
 });

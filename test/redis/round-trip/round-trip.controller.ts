@@ -1,5 +1,5 @@
 import { Controller, Get } from '@nestjs/common';
-import { RateLimit } from 'nest-redis-rate-limit';
+import { ConcurrencyLimit, RateLimit } from 'nest-redis-rate-limit';
 
 /** Capacities no test exhausts unless it means to, refills too slow to matter. */
 const ROOMY = { capacity: 1000, refillPerSecond: 0.01 } as const;
@@ -36,6 +36,14 @@ export class RoundTripController {
   @Get('tight')
   @RateLimit(5, 0.01)
   tight() {
+    return { ok: true };
+  }
+
+  /** A rate policy and a concurrency limit decided in the same phase: one call takes both (take-with-slot.lua). */
+  @Get('slot')
+  @RateLimit({ ...ROOMY, name: 'rt-slot-rate', phase: 'after-guards' })
+  @ConcurrencyLimit({ limit: 5, name: 'rt-slot' })
+  slot() {
     return { ok: true };
   }
 }

@@ -5,6 +5,7 @@ import type { RateLimitModuleOptions } from 'nest-redis-rate-limit';
 import request from 'supertest';
 import { createApp, PLATFORMS } from '../../support/app.js';
 import { commandCalls, keysUnder, RedisServer, testPrefix, tokensOf } from '../../support/redis.js';
+import { LUA_SCRIPTS } from '../../../libs/rate-limit/src/stores/redis/lua/lua-scripts.js';
 import { roundTripAppModule } from './app.module.js';
 
 /**
@@ -45,15 +46,22 @@ class CommandLog {
     throw new Error(`MONITOR did not report the marker within 5 s; saw ${JSON.stringify(this.seen.slice(-5))}`);
   }
 
-  /** Names of the commands other clients sent while `action` ran, in order. */
-  async during(action: () => Promise<unknown>): Promise<string[]> {
+  /**
+   * Names of the commands other clients sent while `action` ran, in order; with `scripts`, an EVALSHA as
+   * `evalsha:<the .lua file it runs>`.
+   */
+  async during(action: () => Promise<unknown>, scripts = false): Promise<string[]> {
     const from = await this.mark();
     await action();
     const to = await this.mark();
     return this.seen
       .slice(from + 1, to)
       .filter((c) => c.source !== 'lua' && c.source !== this.clientAddress)
-      .map((c) => c.args[0].toLowerCase());
+      .map((c) => {
+        const name = c.args[0].toLowerCase();
+        if (!scripts || name !== 'evalsha') return name;
+        return `evalsha:${LUA_SCRIPTS.find((script) => script.sha === c.args[1])?.name ?? c.args[1]}`;
+      });
   }
 
   close(): void {
@@ -166,6 +174,30 @@ describe.each(VARIANTS)('one round trip per decision on %s (%s)', (platform, mod
     expect(limited).toEqual({ sent: new Array(limited.evalsha).fill('evalsha'), evalsha: limited.evalsha, eval: 0 });
     const free = await measure(() => hit('/rt/free', 10));
     expect(free).toEqual({ sent: [], evalsha: 0, eval: 0 });
+  });
+
+  it('decides a rate policy and a concurrency slot of the same phase in one EVALSHA (without leases), and gives the slot back in one more', async () => {
+    const statuses: number[] = [];
+    const requests = async (n: number) => {
+      for (let i = 0; i < n; i++) statuses.push(...(await hit('/rt/slot', 1)));
+      // The last slot goes back after its response: wait until no slot is held.
+      for (let i = 0; i < 200 && (await keysUnder(client, prefix)).some((key) => key.includes('}!')); i++) {
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    };
+    // The first call of each script sends its body (EVAL, after a refused EVALSHA): counted above.
+    await requests(1);
+    const sent = await log.during(() => requests(10), true);
+    expect(statuses).toEqual(new Array(11).fill(200));
+    const tally = (names: string[]) =>
+      Object.fromEntries([...new Set(names)].sort().map((name) => [name, names.filter((n) => n === name).length]));
+    // With leases on, a leased policy may answer without Redis, so its slot is a call of its own.
+    expect(tally(sent)).toEqual(
+      mode === 'exact'
+        ? { 'evalsha:slot-give-back': 10, 'evalsha:take-with-slot': 10 }
+        : { 'evalsha:decide': 10, 'evalsha:slot-give-back': 10, 'evalsha:slot-take': 10 },
+    );
+    expect(await tokensOf(client, `${prefix}{ip:127.0.0.1}:rt-slot-rate`)).toBeLessThan(1000 - 11 + 1);
   });
 
   it('reloads the script once after SCRIPT FLUSH (one refused EVALSHA, one EVAL), then EVALSHA only', async () => {

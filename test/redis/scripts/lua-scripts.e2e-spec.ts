@@ -13,7 +13,7 @@ import {
   appendLease,
   appendReservations,
 } from '../../../libs/rate-limit/src/stores/redis/lua/script-codec.js';
-import { slotGiveBackArgs, slotTakeArgs } from '../../../libs/rate-limit/src/stores/redis/lua/slot-codec.js';
+import { slotGiveBackArgs, slotTakeArgs, takeWithSlotArgs } from '../../../libs/rate-limit/src/stores/redis/lua/slot-codec.js';
 import { RedisServer, testPrefix } from '../../support/redis.js';
 
 /**
@@ -55,8 +55,16 @@ describe('the Redis scripts as .lua files', () => {
       readdirSync(LUA)
         .filter((file) => file.endsWith('.lua'))
         .sort(),
-    ).toEqual(['decide.lua', 'give-back.lua', 'lease.lua', 'reserve.lua', 'slot-give-back.lua', 'slot-take.lua']);
-    expect(LUA_SCRIPTS.map((script) => script.name)).toEqual(['decide', 'reserve', 'give-back', 'lease', 'slot-take', 'slot-give-back']);
+    ).toEqual(['decide.lua', 'give-back.lua', 'lease.lua', 'reserve.lua', 'slot-give-back.lua', 'slot-take.lua', 'take-with-slot.lua']);
+    expect(LUA_SCRIPTS.map((script) => script.name)).toEqual([
+      'decide',
+      'reserve',
+      'give-back',
+      'lease',
+      'slot-take',
+      'slot-give-back',
+      'take-with-slot',
+    ]);
     const checked = build('--check');
     expect(checked.stderr).toBe('');
     expect(checked.status).toBe(0);
@@ -212,6 +220,38 @@ describe('the Redis scripts as .lua files', () => {
       expect(slotGiveBackArgs('a', 'h-1').slice(2)).toEqual(giveBack.get('per call')!.map((name) => (name === 'holder' ? 'h-1' : name)));
     });
 
+    it("take-with-slot.lua: a take's header and buckets as decide.lua's, then the slot's limit, holder and lease", () => {
+      const header = argvLines('take-with-slot');
+      const decide = argvLines('decide');
+      expect([...header.keys()]).toEqual([
+        'per call',
+        'per bucket',
+        'per bucket with a penalty',
+        'per bucket above a floor',
+        'per bucket with a penalty above a floor',
+        'per slot',
+        'last, optional',
+      ]);
+      for (const unit of [
+        'per bucket',
+        'per bucket with a penalty',
+        'per bucket above a floor',
+        'per bucket with a penalty above a floor',
+      ]) {
+        expect(header.get(unit)).toEqual(decide.get(unit));
+      }
+      const args = takeWithSlotArgs([{ ...a, floor: 4 }, b], { key: 's', limit: 7, holder: 'h-1', leaseMs: 900 }, 1_800_000_000_000);
+      // numkeys, the buckets' keys, then the slot's key.
+      expect(args.slice(0, 4)).toEqual([3, 'a', 'b', 's']);
+      expect(args.slice(4).map((value) => (value === 'h-1' ? -1 : value))).toEqual([
+        ...expected(header.get('per call')!, { header: 2 * 8 + 3 }),
+        ...expected(header.get('per bucket above a floor')!, { capacity: 101, refillPerSecond: 102, cost: 103, keep: 4 }),
+        ...expected(header.get('per bucket above a floor')!, { capacity: 201, refillPerSecond: 202, cost: 203, keep: 0 }),
+        ...expected(header.get('per slot')!, { limit: 7, holder: -1, leaseMs: 900 }),
+        ...expected(header.get('last, optional')!, { now: 1_800_000_000_000 }),
+      ]);
+    });
+
     it('give-back.lua: per give-back the numbers and the mark of the reservation', () => {
       const header = argvLines('give-back');
       expect([...header.keys()]).toEqual(['per give-back', 'last, optional']);
@@ -262,7 +302,8 @@ describe('the Redis scripts as .lua files', () => {
       const slot = { key: `${prefix}${key}-slots`, limit: 1, holder: 'h', leaseMs: 1_000 };
       const slotTaken = await store.takeSlot(slot);
       const slotGiven = await store.giveBackSlot(slot.key, slot.holder);
-      return { took, reserved, gaveBack, leased, slotTaken, slotGiven };
+      const together = await store.takeWithSlot([{ ...request, key: `${prefix}${key}-together` }], slot);
+      return { took, reserved, gaveBack, leased, slotTaken, slotGiven, together };
     }
 
     it('runs each script by its SHA, and loads each again after SCRIPT FLUSH', async () => {
@@ -278,10 +319,11 @@ describe('the Redis scripts as .lua files', () => {
       expect(first.leased).toEqual({ granted: 1, kept: 0, tokens: 1, penaltyMs: 0 });
       expect(first.slotTaken).toEqual({ held: true, inFlight: 1, waitMs: 0 });
       expect(first.slotGiven).toEqual({ released: true, inFlight: 0 });
-      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([1, 1, 1, 1, 1, 1]);
+      expect(first.together).toEqual({ allowed: true, tokens: [0], slot: { held: true, inFlight: 1, waitMs: 0 } });
+      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual(LUA_SCRIPTS.map(() => 1));
 
       await client.script('FLUSH');
-      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([0, 0, 0, 0, 0, 0]);
+      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual(LUA_SCRIPTS.map(() => 0));
       const again = await eachScript('again');
       expect(again.took).toEqual(first.took);
       expect(again.reserved.allowed).toBe(true);
@@ -289,7 +331,8 @@ describe('the Redis scripts as .lua files', () => {
       expect(again.leased).toEqual(first.leased);
       expect(again.slotTaken).toEqual(first.slotTaken);
       expect(again.slotGiven).toEqual(first.slotGiven);
-      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual([1, 1, 1, 1, 1, 1]);
+      expect(again.together).toEqual(first.together);
+      expect(await client.script('EXISTS', ...LUA_SCRIPTS.map((script) => script.sha))).toEqual(LUA_SCRIPTS.map(() => 1));
     });
   });
 });

@@ -3,7 +3,9 @@ import { performance } from 'node:perf_hooks';
 import type { DecisionEngine } from '../engine/decision-engine.js';
 import { abortError, RateLimitError, RateLimitTimeoutError } from '../errors/rate-limit.errors.js';
 import type { FailureMode } from '../rate-limit.options.js';
-import type { SlotAnswer, SlotRequest, SlotStore } from '../stores/slots.js';
+import type { Verdict } from '../rate-limit.interfaces.js';
+import { combinesSlots, type SlotAnswer, type SlotRequest, type SlotStore } from '../stores/slots.js';
+import type { BucketRequest } from '../stores/token-bucket.js';
 import { ThrottledLogger } from '../throttled-logger.js';
 
 /** Who answered a slot's take: the store, the in-process slots of `failureMode: 'local'`, or `failureMode` itself. */
@@ -46,6 +48,16 @@ export interface SlotTake {
   maxWaitMs: number;
   signal?: AbortSignal;
   failureMode: FailureMode;
+}
+
+/** A take and a slot decided together (`ConcurrencySlots.takeWith`). */
+export interface CombinedTake {
+  /** The buckets' verdict: allowed when they had their cost (drained only when the slot is held, or `failureMode` decided). */
+  verdict: Verdict;
+  /** The slot, held or refused; undefined when the buckets refused and none was asked for. */
+  slot: ConcurrencySlot | undefined;
+  /** The store refused the slot and left the buckets untouched: nothing of the request's rate to give back. */
+  untaken: boolean;
 }
 
 /** A slot held by this instance. */
@@ -105,7 +117,7 @@ export class ConcurrencySlots {
   async take(take: SlotTake): Promise<ConcurrencySlot> {
     if (this.closing) throw shuttingDown();
     take.signal?.throwIfAborted();
-    const holder = `${this.instance}.${(this.next++).toString(36)}`;
+    const holder = this.holderId();
     const deadline = performance.now() + take.maxWaitMs;
     let answer = await this.ask(take, holder);
     let delay = POLL_FIRST_MS;
@@ -126,12 +138,47 @@ export class ConcurrencySlots {
     return answer;
   }
 
+  /** Whether the store decides a take and a slot in one call (`takeWith`). */
+  get combines(): boolean {
+    return this.store !== undefined && combinesSlots(this.store);
+  }
+
+  /**
+   * A take of `requests` and a slot, in one store call (a route's rate policies and its
+   * `@ConcurrencyLimit`, decided together; no wait: `take.maxWaitMs` is not read). `slot` is undefined
+   * when the buckets refused and no slot was asked for; `untaken`: the store refused the slot and left
+   * the buckets untouched. When the store fails, `failureMode` decides the buckets, then the slot, as
+   * for the two apart.
+   */
+  async takeWith(requests: readonly BucketRequest[], take: SlotTake): Promise<CombinedTake> {
+    if (this.closing) throw shuttingDown();
+    const store = this.store;
+    if (store === undefined || !combinesSlots(store)) throw noSlots();
+    const holder = this.holderId();
+    const request: SlotRequest = { key: take.key, limit: take.limit, holder, leaseMs: take.leaseMs };
+    const { verdict, slot } = await this.engine.decideWithSlot(requests, request, store);
+    if (slot === undefined) return { verdict, slot: undefined, untaken: false };
+    if (slot === 'failed') return { verdict, slot: verdict.allowed ? this.fallback(take, holder) : undefined, untaken: false };
+    if (!slot.held) return { verdict, slot: refused(take, 'store', slot.inFlight, this.hint(take, slot.waitMs)), untaken: true };
+    const held = this.hold(take, holder, 'store', slot.inFlight);
+    if (this.closing) {
+      // close() gave back what was held before this answer came.
+      await held.release();
+      throw shuttingDown();
+    }
+    return { verdict, slot: held, untaken: false };
+  }
+
   /** The application is closing: waits end (`ERR_RATE_LIMIT_SHUTTING_DOWN`) and every held slot is given back. */
   async close(): Promise<void> {
     this.closing = true;
     for (const waiters of this.waiting.values()) for (const waiter of waiters.splice(0)) waiter.wake(undefined);
     this.waiting.clear();
     await Promise.allSettled([...this.holding].map((holding) => this.giveBack(holding)));
+  }
+
+  private holderId(): string {
+    return `${this.instance}.${(this.next++).toString(36)}`;
   }
 
   /** One take call; the store's failure follows the take's `failureMode`. */

@@ -4,9 +4,11 @@ import { ipIdentity, routeKey } from '../keys/identity-keys.js';
 import type { ControlState } from '../operations/control/control-state.js';
 import type { LiveOperations } from '../operations/live-operations.js';
 import type { BlockEntry, OverrideEntry } from '../operations/operations.types.js';
+import type { CompiledConcurrency } from '../policies/concurrency-option.js';
 import type { CompiledPolicy } from '../policies/policy.js';
 import type { Verdict } from '../rate-limit.interfaces.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
+import type { BucketRequest } from '../stores/token-bucket.js';
 import type { HookAnswers } from './hook-answers.js';
 import type { Identities } from './identity.js';
 import type { PolicyNumbers } from './policy-numbers.js';
@@ -35,6 +37,8 @@ export class PhaseDecider {
    * numbers, and asks the store once for the enforced policies and once (at the same time) for the
    * shadow ones. `offset` is the phase's first position in `plan.order`; `plainPhase`, whether the
    * policies take the plain path (`RoutePlan.plainBefore` / `plainAfter`, decided with the plan).
+   * `concurrency`: the route's `@ConcurrencyLimit`, in phase 2: its slot is taken in the same store call
+   * as the enforced policies where one call can decide both (`withSlot`).
    */
   async decide(
     context: ExecutionContext,
@@ -43,6 +47,7 @@ export class PhaseDecider {
     policies: readonly CompiledPolicy[],
     offset: number,
     plainPhase: boolean,
+    concurrency?: CompiledConcurrency,
   ): Promise<PhaseTake> {
     const { plan, hooks } = state;
     if (policies.length === 0) return NOTHING;
@@ -97,11 +102,13 @@ export class PhaseDecider {
     if (plain) {
       // Every policy decided as written: keep the route's own list, whose header text is built once.
       enforced.policies = policies as CompiledPolicy[];
-      enforced.verdict = await this.buckets.decide(enforced.requests);
+      enforced.verdict = await this.withSlot(context, state, request, enforced.requests, concurrency);
       if (counts !== undefined) record(counts, enforced, enforcedIds!);
       return { enforced, shadow: undefined };
     }
-    if (hasEnforced) enforced.verdict = await this.buckets.decide(enforced.requests);
+    // With shadow policies, the slot is taken apart: they are decided after the enforced ones.
+    if (hasEnforced)
+      enforced.verdict = await this.withSlot(context, state, request, enforced.requests, shadow === undefined ? concurrency : undefined);
     if (counts !== undefined && hasEnforced) record(counts, enforced, enforcedIds!);
     // Shadow policies drain what they would once enforced: nothing on a request that the enforced ones,
     // or the shadow ones of the phase before, refuse (enforced, they would not be reached).
@@ -113,6 +120,44 @@ export class PhaseDecider {
       if (counts !== undefined) record(counts, shadow, shadowIds!);
     }
     return { enforced: hasEnforced ? enforced : undefined, shadow };
+  }
+
+  /**
+   * The enforced policies' verdict, and the route's slot with it in the same store call when there is
+   * one to take without a wait, the store can, no bucket is leased (a lease answers without the store),
+   * and the identity is not allow-listed: the slot is left in `state.slotTaken` for `RouteSlots`.
+   * Otherwise the policies alone; `RouteSlots` then takes the slot in a call of its own.
+   */
+  private async withSlot(
+    context: ExecutionContext,
+    state: RequestState,
+    request: any,
+    requests: readonly BucketRequest[],
+    limit: CompiledConcurrency | undefined,
+  ): Promise<Verdict> {
+    const slots = this.buckets.slots;
+    if (
+      limit === undefined ||
+      requests.length === 0 ||
+      limit.maxWaitMs > 0 ||
+      !slots.combines ||
+      requests.some((r) => r.lease !== undefined)
+    ) {
+      return this.buckets.decide(requests);
+    }
+    const found = this.identities.of(context, request, state.plan, limit, state.hooks);
+    const who = 'then' in found ? await found : found;
+    if (this.identities.allowListed(who)) return this.buckets.decide(requests);
+    const taken = await slots.takeWith(requests, {
+      key: routeKey(this.options.keyPrefix, who.id, limit.keySuffix),
+      scope: limit.scope,
+      limit: limit.limit,
+      leaseMs: limit.leaseMs,
+      maxWaitMs: 0,
+      failureMode: this.options.failureMode,
+    });
+    if (taken.slot !== undefined) state.slotTaken = { slot: taken.slot, untaken: taken.untaken };
+    return taken.verdict;
   }
 
   /**

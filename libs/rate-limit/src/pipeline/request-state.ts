@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { ConcurrencySlot } from '../bucket/concurrency-slots.js';
 import type { CallKind } from '../contexts/limited-call.js';
 import type { CompiledPolicy } from '../policies/policy.js';
 import type { RoutePlan } from '../policies/policy-registry.js';
@@ -58,6 +59,11 @@ export interface RequestState extends RateLimitState {
   exempt: boolean | undefined;
   /** Refunds by outcome have been given (once per request). */
   refunded: boolean;
+  /**
+   * The route's concurrency slot, taken in the same store call as phase 2's policies (`PhaseDecider`),
+   * until `RouteSlots` adopts it; `untaken`: the slot was refused and the buckets left untouched.
+   */
+  slotTaken: { slot: ConcurrencySlot; untaken: boolean } | undefined;
 }
 
 export function newState(plan: RoutePlan, hooks: RequestHooks, owner: object | undefined, kind: CallKind): RequestState {
@@ -71,6 +77,7 @@ export function newState(plan: RoutePlan, hooks: RequestHooks, owner: object | u
     settled: false,
     exempt: undefined,
     refunded: false,
+    slotTaken: undefined,
     policies: [],
     verdict: undefined,
     shadow: undefined,

@@ -7,6 +7,7 @@ import { type LimitedCall, limitedCall } from '../contexts/limited-call.js';
 import { RateLimitEvents } from '../events/rate-limit-events.js';
 import { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js';
 import { LiveOperations } from '../operations/live-operations.js';
+import type { CompiledConcurrency } from '../policies/concurrency-option.js';
 import { PolicyRegistry, type RoutePlan } from '../policies/policy-registry.js';
 import { RATE_LIMIT_GUARD_REPLACED, RATE_LIMIT_VERDICT } from '../rate-limit.constants.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
@@ -118,20 +119,26 @@ export class RouteLimiter {
    */
   aroundHandler(context: ExecutionContext, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>> {
     const call = limitedCall(context, this.addresses);
+    const limit = call === undefined ? undefined : this.concurrencyOf(context, call);
+    if (limit !== undefined) {
+      // Phase 2 and the slot are decided once the handler's stream is subscribed to: the subscription owns the slot.
+      return this.slots.around(
+        context,
+        call!,
+        limit,
+        () => this.afterGuards(context, call),
+        () => this.afterHandler(call, next.handle()),
+      );
+    }
     const decided = this.afterGuards(context, call);
-    return decided === undefined ? this.inSlot(context, call, next) : decided.then(() => this.inSlot(context, call, next));
+    return decided === undefined ? this.afterHandler(call, next.handle()) : decided.then(() => this.afterHandler(call, next.handle()));
   }
 
-  /** The handler, in a slot of the route's `@ConcurrencyLimit` when it has one (and the request is not exempt). */
-  private inSlot(
-    context: ExecutionContext,
-    call: LimitedCall | undefined,
-    next: CallHandler,
-  ): Observable<unknown> | Promise<Observable<unknown>> {
-    const state: RequestState | undefined = call?.carrier[RATE_LIMIT_VERDICT];
-    const limit = state?.plan.concurrency;
-    if (limit === undefined || state!.exempt === true) return this.afterHandler(call, next.handle());
-    return this.slots.around(context, call!, state!, limit, () => this.afterHandler(call, next.handle()));
+  /** The route's `@ConcurrencyLimit`, from the guard's state or the plan. */
+  private concurrencyOf(context: ExecutionContext, call: LimitedCall): CompiledConcurrency | undefined {
+    const state: RequestState | undefined = call.carrier[RATE_LIMIT_VERDICT];
+    if (state !== undefined) return state.plan.concurrency;
+    return this.registry.planFor(context.getClass(), context.getHandler())?.concurrency;
   }
 
   /**
@@ -202,7 +209,15 @@ export class RouteLimiter {
     const first = state.before?.enforced;
     let take: PhaseTake;
     try {
-      take = await this.phase.decide(context, state, request, plan.afterGuards, plan.beforeGuards.length, plan.plainAfter);
+      take = await this.phase.decide(
+        context,
+        state,
+        request,
+        plan.afterGuards,
+        plan.beforeGuards.length,
+        plan.plainAfter,
+        plan.concurrency,
+      );
     } catch (error) {
       // A 400 for a cost, a 500 for numbers nobody can compute: the request is refused, so phase 1 takes
       // nothing either, its shadow policies included (enforced, they would have been given back too).

@@ -7,6 +7,7 @@ import type { ConcurrencySlot } from '../bucket/concurrency-slots.js';
 import type { LimitedCall } from '../contexts/limited-call.js';
 import type { RateLimitHeadersWriter } from '../headers/rate-limit-headers.writer.js';
 import { routeKey } from '../keys/identity-keys.js';
+import { RATE_LIMIT_VERDICT } from '../rate-limit.constants.js';
 import type { CompiledConcurrency } from '../policies/concurrency-option.js';
 import type { Verdict } from '../rate-limit.interfaces.js';
 import type { ResolvedRateLimitOptions } from '../rate-limit.options.js';
@@ -36,22 +37,23 @@ export class RouteSlots {
   ) {}
 
   /**
-   * The handler's stream, in a slot. The slot is asked for when the stream is subscribed to, and the
-   * subscription owns it: one that ends while the take is pending (a timeout interceptor around this
-   * one, a client gone while waiting) aborts the wait, and a slot granted after that is given back at
-   * once, so no slot is ever held for a stream nobody reads.
+   * The handler's stream, in a slot. Phase 2 (`decide`) and the slot are decided when the stream is
+   * subscribed to, and the subscription owns the slot: one that ends while they are pending (a timeout
+   * interceptor around this one, a client gone while waiting) aborts the wait, and a slot granted after
+   * that is given back at once, so no slot is ever held for a stream nobody reads. A slot phase 2 took
+   * with its policies (`state.slotTaken`) is adopted; otherwise it is taken here, in a call of its own.
    */
   around(
     context: ExecutionContext,
     call: LimitedCall,
-    state: RequestState,
     limit: CompiledConcurrency,
+    decide: () => Promise<void> | undefined,
     handle: () => Observable<unknown>,
   ): Observable<unknown> {
     return new Observable<unknown>((subscriber) => {
       const ended = new AbortController();
       let inner: Subscription | undefined;
-      this.admit(context, call, state, limit, ended.signal).then(
+      this.decideAndAdmit(context, call, limit, decide, ended.signal).then(
         (slot) => {
           if (slot !== undefined && ended.signal.aborted) return void slot.release();
           if (ended.signal.aborted) return;
@@ -77,11 +79,65 @@ export class RouteSlots {
     });
   }
 
+  /** Phase 2, then the slot (undefined: none, the request is exempt or allow-listed). A slot phase 2 took and its own failure then gives back. */
+  private async decideAndAdmit(
+    context: ExecutionContext,
+    call: LimitedCall,
+    limit: CompiledConcurrency,
+    decide: () => Promise<void> | undefined,
+    ended: AbortSignal,
+  ): Promise<ConcurrencySlot | undefined> {
+    try {
+      await decide();
+    } catch (error) {
+      const state: RequestState | undefined = call.carrier[RATE_LIMIT_VERDICT];
+      const taken = state?.slotTaken;
+      if (taken !== undefined) {
+        state!.slotTaken = undefined;
+        await taken.slot.release();
+      }
+      throw error;
+    }
+    const state: RequestState | undefined = call.carrier[RATE_LIMIT_VERDICT];
+    if (state === undefined || state.exempt === true) return undefined;
+    return this.admit(context, call, state, limit, ended);
+  }
+
   /**
    * Takes the slot of the request (undefined: its identity is allow-listed, no slot), waiting up to
-   * `maxWaitMs` unless `ended` aborts or the client leaves; reports the decision; refuses by throwing.
+   * `maxWaitMs` unless `ended` aborts or the client leaves, or adopts the one phase 2 took; reports the
+   * decision; refuses by throwing.
    */
   private async admit(
+    context: ExecutionContext,
+    call: LimitedCall,
+    state: RequestState,
+    limit: CompiledConcurrency,
+    ended: AbortSignal,
+  ): Promise<ConcurrencySlot | undefined> {
+    const taken = state.slotTaken;
+    state.slotTaken = undefined;
+    const slot = taken?.slot ?? (await this.take(context, call, state, limit, ended));
+    if (slot === undefined) return undefined;
+    if (this.events.decisionsWatched) {
+      this.events.decision({
+        route: state.plan.route,
+        scope: limit.scope,
+        outcome: slot.held ? 'allowed' : 'denied',
+        source: slot.source,
+        limit: slot.limit,
+        remaining: Math.max(0, slot.limit - slot.inFlight),
+        retryAfterSeconds: slot.retryAfterSeconds,
+        context,
+        limiter: 'concurrency',
+      });
+    }
+    if (!slot.held) return this.refuse(context, call, state, slot, taken?.untaken === true);
+    return slot;
+  }
+
+  /** The slot in a call of its own (undefined: the identity is allow-listed). */
+  private async take(
     context: ExecutionContext,
     call: LimitedCall,
     state: RequestState,
@@ -98,9 +154,8 @@ export class RouteSlots {
     if (gone !== undefined) raw!.once('close', gone);
     if (ended.aborted) stop();
     else ended.addEventListener('abort', stop, { once: true });
-    let slot: ConcurrencySlot;
     try {
-      slot = await this.buckets.slots.take({
+      return await this.buckets.slots.take({
         key: routeKey(this.options.keyPrefix, who.id, limit.keySuffix),
         scope: limit.scope,
         limit: limit.limit,
@@ -111,27 +166,12 @@ export class RouteSlots {
       });
     } catch (error) {
       // The client left while waiting (or the application is closing): nothing runs, so nothing is taken.
-      await this.giveBackRate(state);
+      await this.giveBackRate(state, false);
       throw error;
     } finally {
       if (gone !== undefined) raw!.removeListener('close', gone);
       ended.removeEventListener('abort', stop);
     }
-    if (this.events.decisionsWatched) {
-      this.events.decision({
-        route: state.plan.route,
-        scope: limit.scope,
-        outcome: slot.held ? 'allowed' : 'denied',
-        source: slot.source,
-        limit: slot.limit,
-        remaining: Math.max(0, slot.limit - slot.inFlight),
-        retryAfterSeconds: slot.retryAfterSeconds,
-        context,
-        limiter: 'concurrency',
-      });
-    }
-    if (!slot.held) return this.refuse(context, call, state, slot);
-    return slot;
   }
 
   /** `stream`, holding `slot` until it ends and (HTTP) the response has closed: two holds, the slot back when both are done. */
@@ -144,15 +184,24 @@ export class RouteSlots {
     return stream.pipe(finalize(done));
   }
 
-  /** What the request's rate policies took goes back: a request refused for its slot takes nothing. */
-  private async giveBackRate(state: RequestState): Promise<void> {
-    for (const take of [state.before?.enforced, state.after?.enforced]) {
+  /**
+   * What the request's rate policies took goes back: a request refused for its slot takes nothing.
+   * `untaken`: phase 2's buckets were left untouched (decided with the slot, which was refused).
+   */
+  private async giveBackRate(state: RequestState, untaken: boolean): Promise<void> {
+    for (const take of [state.before?.enforced, untaken ? undefined : state.after?.enforced]) {
       if (take?.verdict.allowed) take.verdict = await this.refunds.giveBack(take);
     }
   }
 
-  private async refuse(context: ExecutionContext, call: LimitedCall, state: RequestState, slot: ConcurrencySlot): Promise<never> {
-    await this.giveBackRate(state);
+  private async refuse(
+    context: ExecutionContext,
+    call: LimitedCall,
+    state: RequestState,
+    slot: ConcurrencySlot,
+    untaken: boolean,
+  ): Promise<never> {
+    await this.giveBackRate(state, untaken);
     const wait = slot.retryAfterSeconds;
     const verdict: Verdict = {
       allowed: false,

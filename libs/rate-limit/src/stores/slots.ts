@@ -1,3 +1,6 @@
+import type { TakeOptions, TakeResult } from './bucket-store.interface.js';
+import type { BucketRequest, PenaltyReport } from './token-bucket.js';
+
 /**
  * Concurrency slots (`@ConcurrencyLimit`, `BucketService.takeSlot()`): at most `limit` requests of one
  * identity in flight at once, on every instance. A slot is held from its take until its holder gives it
@@ -57,6 +60,18 @@ export interface SlotCallOptions {
   sent?: () => void;
 }
 
+/** A take of buckets and a slot decided together (`SlotStore.takeWithSlot`). */
+export interface SlotTakeResult extends TakeResult, PenaltyReport {
+  /**
+   * The buckets were drained and the slot is held. False when a bucket lacked its cost (the slot was not
+   * asked for: `slot` is undefined) or the slot was refused (then no bucket was touched, and `tokens` are
+   * what they hold).
+   */
+  allowed: boolean;
+  /** The slot's answer; undefined when the buckets refused and no slot was asked for. */
+  slot: SlotAnswer | undefined;
+}
+
 /**
  * A store with concurrency slots. The rules it keeps:
  *
@@ -70,12 +85,32 @@ export interface SlotCallOptions {
 export interface SlotStore {
   takeSlot(request: SlotRequest, options?: SlotCallOptions): Promise<SlotAnswer>;
   giveBackSlot(key: string, holder: string, options?: SlotCallOptions): Promise<SlotRelease>;
+  /**
+   * Optional: one take of `requests` (a `take()` without options: rules 1, 2 and 4 of `BucketStore`) and
+   * one slot, decided together atomically. The slot is asked for only when every bucket has its cost;
+   * the buckets are drained only when the slot is held; a slot refused leaves them untouched. A rate
+   * refusal writes what `take()`'s would (a penalty). Without it, a route's rate policies and its slot
+   * are two calls (a slot refused gives the tokens back).
+   */
+  takeWithSlot?(
+    requests: readonly BucketRequest[],
+    slot: SlotRequest,
+    options?: Pick<TakeOptions, 'now' | 'sent'>,
+  ): Promise<SlotTakeResult>;
 }
 
 /** Whether `store` has concurrency slots. */
 export function holdsSlots(store: object): store is SlotStore {
   const candidate = store as Partial<SlotStore>;
   return typeof candidate.takeSlot === 'function' && typeof candidate.giveBackSlot === 'function';
+}
+
+/** A store that decides a take and a slot in one call. */
+export type CombinedSlotStore = SlotStore & Required<Pick<SlotStore, 'takeWithSlot'>>;
+
+/** Whether `store` decides a take and a slot in one call (`SlotStore.takeWithSlot`). */
+export function combinesSlots(store: SlotStore): store is CombinedSlotStore {
+  return typeof store.takeWithSlot === 'function';
 }
 
 /** Why a slot request cannot be sent as it is; undefined when it can. */

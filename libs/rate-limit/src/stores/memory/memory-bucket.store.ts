@@ -16,7 +16,15 @@ import {
 import { ThrottledLogger } from '../../throttled-logger.js';
 import type { BucketStore, ReserveOptions, TakeOptions, TakeResult } from '../bucket-store.interface.js';
 import { RateLimitConfigError, RateLimitError } from '../../errors/rate-limit.errors.js';
-import type { SlotAnswer, SlotCallOptions, SlotRelease, SlotRequest, SlotStore } from '../slots.js';
+import {
+  type SlotAnswer,
+  type SlotCallOptions,
+  type SlotRelease,
+  type SlotRequest,
+  type SlotStore,
+  type SlotTakeResult,
+  slotRequestProblem,
+} from '../slots.js';
 import { MemorySlots } from './memory-slots.js';
 
 interface StoredBucket extends BucketState {
@@ -101,6 +109,28 @@ export class MemoryBucketStore implements BucketStore, SlotStore {
 
   giveBackSlotSync(key: string, holder: string): SlotRelease {
     return this.slots.giveBack(key, holder);
+  }
+
+  /** A take and a slot decided together (`SlotStore.takeWithSlot`), at once: `takeWithSlotSync` behind a promise. */
+  takeWithSlot(requests: readonly BucketRequest[], slot: SlotRequest, options: Pick<TakeOptions, 'now'> = {}): Promise<SlotTakeResult> {
+    try {
+      return Promise.resolve(this.takeWithSlotSync(requests, slot, options.now));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** The slot is asked for only when the buckets have their cost, and they are drained only when it is held. */
+  takeWithSlotSync(requests: readonly BucketRequest[], slot: SlotRequest, now = this.clock()): SlotTakeResult {
+    const problem = slotRequestProblem(slot);
+    if (problem !== undefined) throw new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', `MemoryBucketStore: ${problem}`);
+    // A peek ignores floors (a priority's reserve): each bucket must keep its floor after its cost, as a take's.
+    const peek = this.takeSync(requests, { dryRun: true, now });
+    const room = peek.allowed && requests.every((request, i) => peek.tokens[i] - (request.floor ?? 0) >= request.cost);
+    if (!room) return { ...this.takeSync(requests, { now }), slot: undefined };
+    const answer = this.slots.take(slot, now);
+    if (!answer.held) return { ...peek, allowed: false, slot: answer };
+    return { ...this.takeSync(requests, { now }), slot: answer };
   }
 
   take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult & PenaltyReport> {

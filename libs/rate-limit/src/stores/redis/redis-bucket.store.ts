@@ -9,18 +9,9 @@ import { ownedConnectionOf, type OwnedConnection } from './owned-connection.js';
 import { diagnosticsOf, type RedisDiagnostics } from './redis-diagnostics.js';
 import type { RedisClient } from './redis-options.validation.js';
 import { checkAtStartup, type StartupCheckSettings } from './redis-startup.check.js';
-import {
-  DECIDE_SCRIPT,
-  GIVE_BACK_SCRIPT,
-  LEASE_SCRIPT,
-  LUA_SCRIPTS,
-  type LuaScript,
-  RESERVE_SCRIPT,
-  SLOT_GIVE_BACK_SCRIPT,
-  SLOT_TAKE_SCRIPT,
-} from './lua/lua-scripts.js';
-import { decodeSlotGiveBack, decodeSlotTake, slotGiveBackArgs, slotTakeArgs } from './lua/slot-codec.js';
-import type { SlotAnswer, SlotCallOptions, SlotRelease, SlotRequest, SlotStore } from '../slots.js';
+import { DECIDE_SCRIPT, GIVE_BACK_SCRIPT, LEASE_SCRIPT, LUA_SCRIPTS, type LuaScript, RESERVE_SCRIPT } from './lua/lua-scripts.js';
+import type { SlotAnswer, SlotCallOptions, SlotRelease, SlotRequest, SlotStore, SlotTakeResult } from '../slots.js';
+import { RedisSlots } from './redis-slots.js';
 import {
   appendGiveBack,
   appendLease,
@@ -80,6 +71,15 @@ export class RedisBucketStore implements BucketStore, SlotStore, OnModuleInit, O
   private readonly connection: OwnedConnection | undefined;
   /** Decisions pending in the same event-loop turn share one script call; undefined when `coalesce` is off. */
   private readonly coalescer: Coalescer | undefined;
+  /** Concurrency slots (`SlotStore`). */
+  private readonly slots = new RedisSlots({
+    evaluate: (script, args) =>
+      this.diagnostics !== undefined && this.client.status !== 'ready'
+        ? Promise.reject(this.diagnostics.notConnected())
+        : this.evaluate(script, args),
+    take: (requests, options) => this.take(requests, options),
+    oneCall: (keys) => this.nodeOf === undefined || keys.every((key) => hashTag(key) === hashTag(keys[0])),
+  });
 
   constructor(
     readonly client: RedisClient,
@@ -326,16 +326,21 @@ export class RedisBucketStore implements BucketStore, SlotStore, OnModuleInit, O
 
   /** One call of slot-take.lua: a concurrency slot taken or renewed (see its header). */
   takeSlot(request: SlotRequest, options: SlotCallOptions = {}): Promise<SlotAnswer> {
-    if (this.diagnostics !== undefined && this.client.status !== 'ready') return Promise.reject(this.diagnostics.notConnected());
-    options.sent?.();
-    return this.evaluate(SLOT_TAKE_SCRIPT, slotTakeArgs(request, options.now)).then(decodeSlotTake);
+    return this.slots.take(request, options);
   }
 
   /** One call of slot-give-back.lua: the holder's slot given back. */
   giveBackSlot(key: string, holder: string, options: SlotCallOptions = {}): Promise<SlotRelease> {
-    if (this.diagnostics !== undefined && this.client.status !== 'ready') return Promise.reject(this.diagnostics.notConnected());
-    options.sent?.();
-    return this.evaluate(SLOT_GIVE_BACK_SCRIPT, slotGiveBackArgs(key, holder)).then(decodeSlotGiveBack);
+    return this.slots.giveBack(key, holder, options);
+  }
+
+  /** A take and a slot decided together: one call of take-with-slot.lua (`RedisSlots.takeWith`). */
+  takeWithSlot(
+    requests: readonly BucketRequest[],
+    slot: SlotRequest,
+    options: Pick<TakeOptions, 'now' | 'sent'> = {},
+  ): Promise<SlotTakeResult> {
+    return this.slots.takeWith(requests, slot, options);
   }
 
   /**

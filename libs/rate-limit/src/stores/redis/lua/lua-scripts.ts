@@ -1,5 +1,13 @@
 import { createHash } from 'node:crypto';
-import { DECIDE_LUA, GIVE_BACK_LUA, LEASE_LUA, RESERVE_LUA, SLOT_GIVE_BACK_LUA, SLOT_TAKE_LUA } from './lua-sources.generated.js';
+import {
+  DECIDE_LUA,
+  GIVE_BACK_LUA,
+  LEASE_LUA,
+  RESERVE_LUA,
+  SLOT_GIVE_BACK_LUA,
+  SLOT_TAKE_LUA,
+  TAKE_WITH_SLOT_LUA,
+} from './lua-sources.generated.js';
 
 /**
  * The Redis scripts, one per operation, each written in a `.lua` file beside this one (its header says
@@ -37,6 +45,8 @@ export const LEASE_SCRIPT = script('lease', LEASE_LUA);
 export const SLOT_TAKE_SCRIPT = script('slot-take', SLOT_TAKE_LUA);
 /** A concurrency slot given back (slot-give-back.lua). */
 export const SLOT_GIVE_BACK_SCRIPT = script('slot-give-back', SLOT_GIVE_BACK_LUA);
+/** A take of buckets and a concurrency slot, decided together (take-with-slot.lua). */
+export const TAKE_WITH_SLOT_SCRIPT = script('take-with-slot', TAKE_WITH_SLOT_LUA);
 
 export const LUA_SCRIPTS: readonly LuaScript[] = [
   DECIDE_SCRIPT,
@@ -45,4 +55,5 @@ export const LUA_SCRIPTS: readonly LuaScript[] = [
   LEASE_SCRIPT,
   SLOT_TAKE_SCRIPT,
   SLOT_GIVE_BACK_SCRIPT,
+  TAKE_WITH_SLOT_SCRIPT,
 ];

@@ -1,5 +1,7 @@
 import { RateLimitError } from '../../../errors/rate-limit.errors.js';
-import type { SlotAnswer, SlotRelease, SlotRequest } from '../../slots.js';
+import type { SlotAnswer, SlotRelease, SlotRequest, SlotTakeResult } from '../../slots.js';
+import type { BucketRequest } from '../../token-bucket.js';
+import { appendDecision, decodeTokens, hasPenalty } from './script-codec.js';
 
 /** The arguments of a call of slot-take.lua (see its header). */
 export function slotTakeArgs(request: SlotRequest, now: number | undefined): (string | number)[] {
@@ -27,4 +29,28 @@ export function decodeSlotTake(reply: unknown): SlotAnswer {
 export function decodeSlotGiveBack(reply: unknown): SlotRelease {
   const [released, inFlight] = integers(reply, 2, 'slot-give-back', '[released, inFlight]');
   return { released: released === 1, inFlight };
+}
+
+/** The keys and arguments of a call of take-with-slot.lua (see its header): a take's, then the slot's. */
+export function takeWithSlotArgs(requests: readonly BucketRequest[], slot: SlotRequest, now: number | undefined): (string | number)[] {
+  const keys: string[] = [];
+  const argv: (string | number)[] = [];
+  appendDecision(keys, argv, requests, 'take');
+  keys.push(slot.key);
+  argv.push(slot.limit, slot.holder, slot.leaseMs);
+  if (now !== undefined) argv.push(now);
+  return [keys.length, ...keys, ...argv];
+}
+
+/** take-with-slot.lua's reply for `requests`: the buckets' codes (and penalties), then the slot's three numbers. */
+export function decodeTakeWithSlot(reply: unknown, requests: readonly BucketRequest[]): SlotTakeResult {
+  const n = requests.length;
+  const penalty = hasPenalty(requests);
+  const values = integers(reply, n * (penalty ? 2 : 1) + 3, 'take-with-slot', '[codes..., (penalties...), held, inFlight, waitMs]');
+  const tokens = values.slice(0, n).map(decodeTokens);
+  const [got, inFlight, waitMs] = values.slice(values.length - 3);
+  const slot: SlotAnswer | undefined = got === -1 ? undefined : { held: got === 1, inFlight, waitMs };
+  const result: SlotTakeResult = { allowed: values[0] % 2 !== 0 && slot?.held === true, tokens, slot };
+  if (penalty) result.penaltyMs = values.slice(n, 2 * n).map((ms) => (ms > 0 ? ms : 0));
+  return result;
 }

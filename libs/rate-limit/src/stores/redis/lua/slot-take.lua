@@ -37,67 +37,11 @@ if not (now == now and now ~= HUGE and now ~= -HUGE) then
   return redis.error_reply('token-bucket: now must be a finite number of ms')
 end
 
-local key = KEYS[1]
+--@include slot
+
 local limit, holder, life = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-if not limit or limit ~= floor(limit) or limit < 1 or limit > 10000 then
-  return redis.error_reply('token-bucket: the limit must be an integer from 1 to 10000')
-end
-if #holder < 1 or #holder > 128 then return redis.error_reply('token-bucket: the holder must be 1 to 128 characters') end
-if not life or life ~= floor(life) or life < 1 or life > 3600000 then
-  return redis.error_reply('token-bucket: leaseMs must be an integer from 1 to 3600000')
-end
-
-local field = 's:' .. holder
-local state = redis.pcall('HMGET', key, 'n', 'e', field)
-if state.err then return redis.error_reply('token-bucket: unusable key: slots (' .. key .. '): ' .. state.err) end
-local n, e = tonumber(state[1]) or 0, tonumber(state[2]) or HUGE
-local ends = now + life
-local scanned = false
-
--- Keeps the key at least until `ends`.
-local function keep()
-  local ttl = call('PTTL', key)
-  if ttl < life then call('PEXPIRE', key, life) end
-end
-
-if state[3] then
-  -- A renewal: the holder's slot is live or ended, and still counted in `n` either way. An end before `e`
-  -- (a shorter lease, or Redis' clock stepped back) lowers it, else a lease ended would go unseen.
-  if ends < e then
-    call('HSET', key, field, ends, 'e', ends)
-  else
-    call('HSET', key, field, ends)
-  end
-  keep()
-  return { 1, n, 0 }
-end
-
-if n >= limit and e <= now then
-  -- Every slot is in use by the count, and some lease has ended: drop the ended ones, count the rest.
-  local all = call('HGETALL', key)
-  n, e, scanned = 0, HUGE, true
-  for i = 1, #all, 2 do
-    local name = all[i]
-    if name:sub(1, 2) == 's:' then
-      local until_ = tonumber(all[i + 1])
-      if until_ and until_ > now then
-        n = n + 1
-        if until_ < e then e = until_ end
-      else
-        call('HDEL', key, name)
-      end
-    end
-  end
-end
-
-if n >= limit then
-  -- Refused after a scan that dropped slots (a limit lower than the one they were taken under): the count
-  -- and the bound are written back, else `n` would count the dropped ones until the next scan.
-  if scanned then call('HSET', key, 'n', n, 'e', e) end
-  return { 0, n, e == HUGE and 0 or e - now }
-end
-n = n + 1
-if ends < e then e = ends end
-call('HSET', key, field, ends, 'n', n, 'e', e)
-keep()
-return { 1, n, 0 }
+local problem = slotProblem(limit, holder, life)
+if problem then return redis.error_reply(problem) end
+local held, n, wait = takeSlot(KEYS[1], limit, holder, life)
+if not held then return redis.error_reply(n) end
+return { held, n, wait }
