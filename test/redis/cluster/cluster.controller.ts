@@ -46,4 +46,22 @@ export class ClusterController {
     await clusterGates.gate(id);
     return { ok: true };
   }
+
+  /** As `slots`, with the rate policy after the app's guards as the slot is: one script call takes both, on the master owning the key's tag. */
+  @Get('together/:id')
+  @RateLimit({ capacity: 5, refillPerSecond: SLOW, keyBy: 'apiKey', name: 'c-together-rate', phase: 'after-guards' })
+  @ConcurrencyLimit({ limit: 1, keyBy: 'apiKey', name: 'c-together' })
+  async together(@Param('id') id: string) {
+    await clusterGates.gate(id);
+    return { ok: true };
+  }
+
+  /** The rate policy per address, the slot per API key, both after the guards: two hash tags, so a take, a slot, and a refund when the slot is refused. */
+  @Get('apart/:id')
+  @RateLimit({ capacity: 5, refillPerSecond: SLOW, keyBy: 'ip', name: 'c-apart-rate', phase: 'after-guards' })
+  @ConcurrencyLimit({ limit: 1, keyBy: 'apiKey', name: 'c-apart' })
+  async apart(@Param('id') id: string) {
+    await clusterGates.gate(id);
+    return { ok: true };
+  }
 }

@@ -192,6 +192,45 @@ describe.each(PLATFORMS)('a Redis Cluster of 3 masters on %s', (platform) => {
     await clusterGates.openAll();
   });
 
+  it('takes a rate policy and a slot on one API key in one script call on the master owning its tag', async () => {
+    const key = `together-${platform}`;
+    const slots = `${prefix}{${apiKeyIdentity(key)}}!c-together`;
+    const owner = await ownerOf(slots);
+    const send = (id: string) =>
+      request(app.getHttpServer())
+        .get(`/cluster/together/${id}`)
+        .set('x-api-key', key)
+        .then((r) => `${r.status} ${r.headers['concurrency-in-flight']}`);
+    const before = await scriptCallsPerMaster();
+    const held = send(`${platform}-together-held`);
+    await clusterGates.waitingFor(1);
+    expect(await send(`${platform}-together-refused`)).toBe('429 1');
+    // Two requests, one call each, both on the owner: the slot and the bucket share the key's tag.
+    const during = await scriptCallsPerMaster();
+    expect(during.map((calls, i) => calls - before[i])).toEqual(masters.map((_, i) => (i === owner ? 2 : 0)));
+    clusterGates.open(`${platform}-together-held`);
+    expect(await held).toBe('200 1');
+    // The refused request took no token.
+    expect(await tokens(`${prefix}{${apiKeyIdentity(key)}}:c-together-rate`)).toBeCloseTo(4, 3);
+    for (let i = 0; i < 100 && (await masters[owner].exists(slots)) === 1; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(await masters[owner].exists(slots)).toBe(0);
+  });
+
+  it('takes a rate policy and a slot on two hash tags apart, and gives the token back when the slot is refused', async () => {
+    const send = (id: string) =>
+      request(app.getHttpServer())
+        .get(`/cluster/apart/${id}`)
+        .set('x-api-key', `apart-${platform}`)
+        .then((r) => `${r.status} ${r.headers['concurrency-in-flight']}`);
+    const held = send(`${platform}-apart-held`);
+    await clusterGates.waitingFor(1);
+    for (let i = 0; i < 3; i++) expect(await send(`${platform}-apart-refused-${i}`)).toBe('429 1');
+    clusterGates.open(`${platform}-apart-held`);
+    expect(await held).toBe('200 1');
+    // 5 - the one that ran: the three refused for their slot gave their tokens back.
+    expect(await tokens(`${prefix}{ip:127.0.0.1}:c-apart-rate`)).toBeCloseTo(4, 3);
+  });
+
   it('leaves the Cluster client it was given open when the app closes (the caller owns it)', async () => {
     await app.close();
     expect(client.status).toBe('ready');
