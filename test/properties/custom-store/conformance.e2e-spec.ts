@@ -181,6 +181,45 @@ describe('verifyBucketStore: the BucketStore conformance suite', () => {
     await expect(verifyBucketStore(new UncappedRefundStore(), { slots: true })).rejects.toThrow(/has no takeSlot\(\) and giveBackSlot\(\)/);
   });
 
+  it('with slots: true, checks takeWithSlot where a store has it, and catches one that drains for a refused slot or takes a slot for a refused take', async () => {
+    const inner = new MemoryBucketStore();
+    const slots = {
+      remote: false,
+      take: inner.take.bind(inner),
+      delete: inner.delete.bind(inner),
+      takeSlot: inner.takeSlot.bind(inner),
+      giveBackSlot: inner.giveBackSlot.bind(inner),
+    };
+    // The library's own: one call (checked in the test above on Redis and memory), or a take then a slot.
+    await expect(
+      verifyBucketStore({ ...slots, takeWithSlot: inner.takeWithSlot.bind(inner) }, { runs: 5, slots: true }),
+    ).resolves.toBeUndefined();
+    // Takes, then asks for the slot, and keeps the tokens when it is refused.
+    const drains: BucketStore & SlotStore = {
+      ...slots,
+      takeWithSlot: async (requests, slot, options) => {
+        const taken = await inner.take(requests, options);
+        if (!taken.allowed) return { ...taken, slot: undefined };
+        const answer = await inner.takeSlot(slot, options);
+        return { ...taken, allowed: answer.held, slot: answer };
+      },
+    };
+    await expect(verifyBucketStore(drains, { runs: 5, slots: true })).rejects.toThrow(
+      /^BucketStore conformance: takeWithSlot, rule 2 \(the slot is held by another\): /,
+    );
+    // Asks for the slot first, and keeps it when a bucket refuses.
+    const grabs: BucketStore & SlotStore = {
+      ...slots,
+      takeWithSlot: async (requests, slot, options) => {
+        const answer = await inner.takeSlot(slot, options);
+        if (!answer.held) return { ...(await inner.take(requests, { ...options, dryRun: true })), allowed: false, slot: answer };
+        const taken = await inner.take(requests, options);
+        return { ...taken, slot: answer };
+      },
+    };
+    await expect(verifyBucketStore(grabs, { runs: 5, slots: true })).rejects.toThrow(/^BucketStore conformance: takeWithSlot, rule 3/);
+  });
+
   it('catches a store whose refund is not capped at capacity', async () => {
     await expect(verifyBucketStore(new UncappedRefundStore(), { runs: 200, seed: 21_003 })).rejects.toThrow(
       /^BucketStore conformance: tokens differ from the model: /,

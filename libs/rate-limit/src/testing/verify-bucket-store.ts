@@ -3,7 +3,8 @@ import type { BucketStore } from '../stores/bucket-store.interface.js';
 import { BucketModel, type ModelRequest } from './bucket-model.js';
 import { KEYS, MAX_NOW, reservationBound, reservationWait, type Scenario, scenarioArb, T0 } from './scenarios.js';
 import { checkFloors, compareResult, fail, resolveCost, resolveFloor } from './compare.js';
-import { holdsSlots, type SlotStore } from '../stores/slots.js';
+import { combinesSlots, holdsSlots, type SlotStore } from '../stores/slots.js';
+import { checkTakeWithSlot } from './take-with-slot-check.js';
 import { runSlotScenario, SLOT_KEYS, slotScenarioArb } from './slot-check.js';
 
 export interface VerifyBucketStoreOptions {
@@ -24,7 +25,8 @@ export interface VerifyBucketStoreOptions {
    */
   priorities?: boolean;
   /**
-   * Also check the store's concurrency slots (`SlotStore`: `takeSlot`, `giveBackSlot`) against the model of
+   * Also check the store's concurrency slots (`SlotStore`: `takeSlot`, `giveBackSlot`, and `takeWithSlot`
+   * when it has one: testing/take-with-slot-check.ts) against the model of
    * slots: as many sequences again of takes, renewals, give-backs (own, twice, a stranger's) and clock
    * advances past leases over two keys, each with its own limit. Needs `SlotCallOptions.now` honoured as the
    * store's clock for takes. Default false.
@@ -174,6 +176,7 @@ export async function verifyBucketStore(store: BucketStore, options: VerifyBucke
     settings,
   );
   if (slots.failed) report(slots);
+  if (combinesSlots(slotStore)) await checkTakeWithSlot(slotStore, `${prefix}with-slot:`);
 }
 
 function report<Ts>(details: fc.RunDetails<Ts>): never {
