@@ -183,7 +183,7 @@ describe('verifyBucketStore: the BucketStore conformance suite', () => {
 
   it('with slots: true, checks takeWithSlot where a store has it, and catches one that drains for a refused slot or takes a slot for a refused take', async () => {
     const inner = new MemoryBucketStore();
-    const slots = {
+    const slots: BucketStore & SlotStore = {
       remote: false,
       take: inner.take.bind(inner),
       delete: inner.delete.bind(inner),
@@ -192,7 +192,7 @@ describe('verifyBucketStore: the BucketStore conformance suite', () => {
     };
     // The library's own: one call (checked in the test above on Redis and memory), or a take then a slot.
     await expect(
-      verifyBucketStore({ ...slots, takeWithSlot: inner.takeWithSlot.bind(inner) }, { runs: 5, slots: true }),
+      verifyBucketStore({ ...slots, takeWithSlot: inner.takeWithSlot.bind(inner) } as BucketStore & SlotStore, { runs: 5, slots: true }),
     ).resolves.toBeUndefined();
     // Takes, then asks for the slot, and keeps the tokens when it is refused.
     const drains: BucketStore & SlotStore = {

@@ -1,3 +1,4 @@
+import type { BucketStore } from '../stores/bucket-store.interface.js';
 import type { CombinedSlotStore, SlotTakeResult } from '../stores/slots.js';
 import type { BucketRequest } from '../stores/token-bucket.js';
 import { T0 } from './scenarios.js';
@@ -11,7 +12,7 @@ import { T0 } from './scenarios.js';
  * 3. A bucket lacks its cost (or would go below its floor): no slot is asked for (`slot` undefined, the
  *    slot still free), and a penalty starts as a take's would.
  */
-export async function checkTakeWithSlot(store: CombinedSlotStore, prefix: string): Promise<void> {
+export async function checkTakeWithSlot(store: BucketStore & CombinedSlotStore, prefix: string): Promise<void> {
   const keys: string[] = [];
   const bucket = (name: string, extra: Partial<BucketRequest> = {}): BucketRequest => {
     keys.push(`${prefix}{with-slot}:${name}`);
