@@ -87,24 +87,28 @@ describe('leased policies: cost, refusals, shadow mode, analytics, the memory st
   });
 
   it('answers a leased refusal 429 with Retry-After >= 1 and headers of an empty bucket, as an exact refusal', async () => {
-    const keyPrefix = testPrefix('leased-refuse');
-    const { url } = await start(keyPrefix);
-    const started = Date.now();
-    const answers = await loader.load(`${url}/sem/refuse`, 1_500, 32);
-    const seconds = (Date.now() - started) / 1000;
-    expect(count(answers, 200)).toBeLessThanOrEqual(1_000 + Math.ceil(seconds));
-    expect(count(answers, 200) + count(answers, 429)).toBe(1_500);
+    // Whether a lease call or an exact decision meets the empty bucket first depends on timing (a loaded
+    // event loop may leave the key cold when it runs out): up to three buckets, until a lease call refused.
+    for (let attempt = 0; attempt < 3 && takes.refused === 0; attempt++) {
+      const keyPrefix = testPrefix(`leased-refuse-${attempt}`);
+      const { url } = await start(keyPrefix);
+      const started = Date.now();
+      const answers = await loader.load(`${url}/sem/refuse`, 1_500, 32);
+      const seconds = (Date.now() - started) / 1000;
+      expect(count(answers, 200)).toBeLessThanOrEqual(1_000 + Math.ceil(seconds));
+      expect(count(answers, 200) + count(answers, 429)).toBe(1_500);
+      const refused = answers.filter((a) => a.status === 429);
+      // 1,000 tokens, 1 per second, cost 1: nothing remains, the next token comes within a second, the bucket is full within 1,000 s.
+      expect(new Set(header(refused, 'retry-after'))).toEqual(new Set([1]));
+      expect(new Set(header(refused, 'ratelimit-remaining'))).toEqual(new Set([0]));
+      expect(new Set(header(refused, 'ratelimit-limit'))).toEqual(new Set([1_000]));
+      for (const reset of header(refused, 'ratelimit-reset')) {
+        expect(reset).toBeGreaterThanOrEqual(1);
+        expect(reset).toBeLessThanOrEqual(1_000);
+      }
+    }
     // Some refusals were the lease's (its call found the bucket without the cost), not only exact ones.
     expect(takes.refused).toBeGreaterThan(0);
-    const refused = answers.filter((a) => a.status === 429);
-    // 1,000 tokens, 1 per second, cost 1: nothing remains, the next token comes within a second, the bucket is full within 1,000 s.
-    expect(new Set(header(refused, 'retry-after'))).toEqual(new Set([1]));
-    expect(new Set(header(refused, 'ratelimit-remaining'))).toEqual(new Set([0]));
-    expect(new Set(header(refused, 'ratelimit-limit'))).toEqual(new Set([1_000]));
-    for (const reset of header(refused, 'ratelimit-reset')) {
-      expect(reset).toBeGreaterThanOrEqual(1);
-      expect(reset).toBeLessThanOrEqual(1_000);
-    }
   });
 
   it('never refuses in shadow mode (enforce: false) and drains the bucket through the lease', async () => {
