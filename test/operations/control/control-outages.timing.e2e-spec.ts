@@ -76,6 +76,12 @@ describe('live changes through a Redis restart', () => {
       await within(4_000, () => health.status().operations?.syncFailing === true);
       // Still refused: the block is applied from memory, not from a call (failureMode decides the buckets).
       expect(await blocked(b, '192.0.2.1')).toBe(true);
+      // A change while Redis is away is refused with the library's code (a 503 from an admin endpoint), not ioredis' words.
+      await expect(ops.block({ target: 'ip:192.0.2.9', seconds: 300, reason: 'during the outage', by: 'ops' })).rejects.toHaveProperty(
+        'code',
+        'ERR_RATE_LIMIT_UNAVAILABLE',
+      );
+      await expect(ops.blocks()).rejects.toHaveProperty('code', 'ERR_RATE_LIMIT_UNAVAILABLE');
       expect(health.status().operations).toMatchObject({ blocks: 1, syncFailing: true });
 
       await server.start();

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
+import { RateLimitUnavailableError } from '../../errors/rate-limit.errors.js';
 import { opsKey } from '../ops-keys.js';
 import type { AuditEntry, BlockEntry, OverrideEntry } from '../operations.types.js';
 
@@ -54,6 +55,17 @@ function parseAll<T>(values: Record<string, string>, valid: (entry: any) => bool
   return entries;
 }
 
+/**
+ * A Redis call of the operator's (a block, an override, the audit trail): its failure, whatever ioredis
+ * says ("Stream isn't writeable" while it reconnects, a closed connection), is `ERR_RATE_LIMIT_UNAVAILABLE`
+ * (a 503 from an admin endpoint), with Redis' error as its cause.
+ */
+function unavailable<T>(call: Promise<T>): Promise<T> {
+  return call.catch((error: unknown) => {
+    throw new RateLimitUnavailableError(error);
+  });
+}
+
 const isOverride = (e: any): boolean => typeof e.scope === 'string' && typeof e.at === 'number' && typeof e.by === 'string';
 const isBlock = (e: any): boolean => typeof e.target === 'string' && typeof e.until === 'number' && typeof e.by === 'string';
 
@@ -75,13 +87,15 @@ export class RedisControlStore implements ControlStore {
   }
 
   async version(): Promise<string | undefined> {
-    return (await this.client.get(this.versionKey)) ?? undefined;
+    return (await unavailable(this.client.get(this.versionKey))) ?? undefined;
   }
 
   async load(): Promise<ControlSnapshot> {
-    const results = await this.client.pipeline().get(this.versionKey).hgetall(this.overridesKey).hgetall(this.blocksKey).exec();
+    const results = await unavailable(
+      this.client.pipeline().get(this.versionKey).hgetall(this.overridesKey).hgetall(this.blocksKey).exec(),
+    );
     const [version, overrides, blocks] = (results ?? []).map(([error, value]) => {
-      if (error) throw error;
+      if (error) throw new RateLimitUnavailableError(error);
       return value;
     });
     return {
@@ -92,23 +106,27 @@ export class RedisControlStore implements ControlStore {
   }
 
   writeOverride(field: string, entry: OverrideEntry | undefined, audit: AuditEntry): Promise<boolean> {
-    return this.write(this.overridesKey, field, entry, audit, (e: OverrideEntry) => e.until !== undefined && e.until <= this.clock());
+    return unavailable(
+      this.write(this.overridesKey, field, entry, audit, (e: OverrideEntry) => e.until !== undefined && e.until <= this.clock()),
+    );
   }
 
   writeBlock(target: string, entry: BlockEntry | undefined, audit: AuditEntry): Promise<boolean> {
-    return this.write(this.blocksKey, target, entry, audit, (e: BlockEntry) => e.until <= this.clock());
+    return unavailable(this.write(this.blocksKey, target, entry, audit, (e: BlockEntry) => e.until <= this.clock()));
   }
 
   async note(audit: AuditEntry): Promise<void> {
-    await this.client
-      .multi()
-      .lpush(this.auditKey, JSON.stringify(audit))
-      .ltrim(this.auditKey, 0, AUDIT_LENGTH - 1)
-      .exec();
+    await unavailable(
+      this.client
+        .multi()
+        .lpush(this.auditKey, JSON.stringify(audit))
+        .ltrim(this.auditKey, 0, AUDIT_LENGTH - 1)
+        .exec(),
+    );
   }
 
   async audit(limit: number): Promise<AuditEntry[]> {
-    const texts = await this.client.lrange(this.auditKey, 0, limit - 1);
+    const texts = await unavailable(this.client.lrange(this.auditKey, 0, limit - 1));
     return texts.flatMap((text) => {
       try {
         return [JSON.parse(text) as AuditEntry];
