@@ -15,10 +15,13 @@ const STOREFRONT = { capacity: 20, refillPerSecond: 5, name: 'storefront' } as c
 export class StorefrontController {
   /**
    * An export that takes half a second: at most 2 running per user on every instance, the third gets
-   * 429 with `Concurrency-Limit: 2`. Try `curl -H 'x-user: ann' localhost:3000/api/exports/1/download`.
+   * 429 with `Concurrency-Limit: 2`; and 10 started a minute per user. Both are per user, decided after
+   * the app's guards: one Redis call takes the token and the slot together, and a request refused for
+   * its slot takes no token. Try `curl -H 'x-user: ann' localhost:3000/api/exports/1/download`.
    */
   @Get('exports/:id/download')
   @UseGuards(DemoUserGuard)
+  @RateLimit({ capacity: 10, refillPerSecond: 10 / 60, keyBy: 'user', name: 'export-starts' })
   @ConcurrencyLimit({ limit: 2, keyBy: 'user', name: 'export-downloads' })
   async download(@Param('id') id: string) {
     await new Promise((resolve) => setTimeout(resolve, 500));

@@ -142,6 +142,10 @@ describe.each(PLATFORMS)('demo gateway on %s', (platform) => {
       left = await keysUnder(client, `${prefix}*!export-downloads`);
     }
     expect(left).toEqual([]);
+    // 10 a minute per user, in the same call as the slot: bob's refused request took no token (3 ran).
+    const starts = await tokensOf(client, `${prefix}{user:bob}:export-starts`);
+    expect(starts).toBeGreaterThanOrEqual(7);
+    expect(starts).toBeLessThan(8);
   });
 
   it('GET /api/recommendations is sheddable: a flood of them leaves checkout its reserve of the storefront bucket', async () => {
