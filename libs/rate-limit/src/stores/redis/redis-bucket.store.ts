@@ -3,9 +3,12 @@ import { Cluster } from 'ioredis';
 import { CONNECT_WAIT_MS } from '../../rate-limit.constants.js';
 import type { BucketStore, TakeOptions } from '../bucket-store.interface.js';
 import type { BucketRequest } from '../token-bucket.js';
+import { tagGroups, takeByGroup } from './cluster-groups.js';
 import { hashTag, keySlot } from './cluster-slots.js';
-import { Coalescer, type Queued } from './coalescer.js';
+import { Coalescer } from './coalescer.js';
+import { type DecisionCalls, decideAll, type StoreDecisionCall } from './decide-all.js';
 import { ownedConnectionOf, type OwnedConnection } from './owned-connection.js';
+import { connectMasters, quitOrDrop, settlesWithin } from './store-lifecycle.js';
 import { diagnosticsOf, type RedisDiagnostics } from './redis-diagnostics.js';
 import type { RedisClient } from './redis-options.validation.js';
 import { checkAtStartup, type StartupCheckSettings } from './redis-startup.check.js';
@@ -16,10 +19,8 @@ import {
   appendGiveBack,
   appendLease,
   appendReservations,
-  appendScriptDecision,
   callError,
   type DecisionExtra,
-  decodeMany,
   decodeOne,
   decodeLease,
   decodeReserve,
@@ -28,27 +29,11 @@ import {
   type LeaseAnswer,
   type LeaseAsk,
   MODE_CODE,
-  groupDecisions,
-  type ScriptCall,
   type ScriptResult as Result,
   type TokenBucketMode,
 } from './lua/script-codec.js';
 
 type ScriptCommand = (...args: (string | number)[]) => Promise<unknown>;
-
-/** How long shutdown waits for QUIT's reply before it drops the connection (a paused Redis never answers). */
-export const QUIT_WAIT_MS = 500;
-
-/** Waits for `promise` at most `ms`; answers whether it settled in time. Leaves no timer behind. */
-async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<false>((resolve) => (timer = setTimeout(resolve, ms, false)));
-  try {
-    return await Promise.race([promise.then(() => true), late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /**
  * Buckets in Redis, decided by one EVALSHA of a script per decision (lua/: decide.lua for take, peek and
@@ -71,12 +56,19 @@ export class RedisBucketStore implements BucketStore, SlotStore, OnModuleInit, O
   private readonly connection: OwnedConnection | undefined;
   /** Decisions pending in the same event-loop turn share one script call; undefined when `coalesce` is off. */
   private readonly coalescer: Coalescer | undefined;
+  /** The calls of `decideAll`: decisions of one turn in as few script calls as their scripts allow. */
+  private readonly calls: DecisionCalls = {
+    notReady: () => this.notReady(),
+    evaluate: (script, args) => this.evaluate(script, args),
+    answered: (count) => this.connection?.answered(count),
+    alone: (requests, mode, now, sent, extra) => this.send(requests, mode, now, sent, extra),
+  };
   /** Concurrency slots (`SlotStore`). */
   private readonly slots = new RedisSlots({
-    evaluate: (script, args) =>
-      this.diagnostics !== undefined && this.client.status !== 'ready'
-        ? Promise.reject(this.diagnostics.notConnected())
-        : this.evaluate(script, args),
+    evaluate: (script, args) => {
+      const down = this.notReady();
+      return down === undefined ? this.evaluate(script, args) : Promise.reject(down);
+    },
     take: (requests, options) => this.take(requests, options),
     oneCall: (keys) => this.nodeOf === undefined || keys.every((key) => hashTag(key) === hashTag(keys[0])),
   });
@@ -116,7 +108,7 @@ export class RedisBucketStore implements BucketStore, SlotStore, OnModuleInit, O
   }
 
   async onModuleInit(): Promise<void> {
-    if (this.client instanceof Cluster && this.client.status === 'ready') await this.connectMasters(this.client);
+    if (this.client instanceof Cluster && this.client.status === 'ready') await connectMasters(this.client);
     if (!this.owned) return;
     this.connection?.start();
     if (this.client.status === 'ready') return;
@@ -140,28 +132,11 @@ export class RedisBucketStore implements BucketStore, SlotStore, OnModuleInit, O
     this.client.disconnect();
   }
 
-  /**
-   * A Cluster opens its node connections on first use, and without an offline queue the commands
-   * that arrive while one is opening fail: connect every master before the first decision.
-   */
-  private async connectMasters(cluster: Cluster): Promise<void> {
-    const pings = Promise.all(cluster.nodes('master').map((node) => node.ping().catch(() => undefined)));
-    await settlesWithin(pings, CONNECT_WAIT_MS);
-  }
-
-  /**
-   * Closes a client the module created: QUIT, so that commands in flight get their replies; but a hung
-   * Redis (paused, overloaded, a dead network path) never answers it, so after `QUIT_WAIT_MS` the
-   * connection is dropped and shutdown goes on.
-   */
+  /** Closes a client the module created (QUIT, or the connection dropped when Redis does not answer it: `quitOrDrop`). */
   async onModuleDestroy(): Promise<void> {
     if (!this.owned) return;
     this.connection?.stop();
-    const quit = this.client.quit().then(
-      () => true,
-      () => false,
-    );
-    if (!(await settlesWithin(quit, QUIT_WAIT_MS)) || !(await quit)) this.client.disconnect();
+    await quitOrDrop(this.client);
   }
 
   /** Whether the client is connected and ready (a Cluster: its slots known and connected). */
@@ -191,55 +166,14 @@ export class RedisBucketStore implements BucketStore, SlotStore, OnModuleInit, O
     if (!(this.client instanceof Cluster) || requests.length < 2) {
       return this.run(requests, mode, now, sent);
     }
-    const groups = new Map<string, number[]>();
-    requests.forEach((request, i) => {
-      const tag = hashTag(request.key);
-      const group = groups.get(tag);
-      if (group) group.push(i);
-      else groups.set(tag, [i]);
-    });
-    if (groups.size === 1) return this.run(requests, mode, now, sent);
-    return this.takeByGroup(requests, [...groups.values()], mode, now, sent);
+    const groups = tagGroups(requests);
+    if (groups.length === 1) return this.run(requests, mode, now, sent);
+    return takeByGroup(requests, groups, mode, sent, (part, partMode, partSent) => this.run(part, partMode, now, partSent));
   }
 
   async delete(keys: readonly string[]): Promise<void> {
     // One DEL per key: on a Cluster, keys of different slots cannot share a command.
     await Promise.all(keys.map((key) => this.client.del(key)));
-  }
-
-  private async takeByGroup(
-    requests: readonly BucketRequest[],
-    groups: number[][],
-    mode: TokenBucketMode,
-    now: number | undefined,
-    sent: (() => void) | undefined,
-  ): Promise<Result> {
-    const tokens = new Array<number>(requests.length);
-    const penaltyMs = hasPenalty(requests) ? new Array<number>(requests.length).fill(0) : undefined;
-    const pick = (group: number[]) => group.map((i) => requests[i]);
-    const record = (group: number[], result: Result) =>
-      group.forEach((i, j) => {
-        tokens[i] = result.tokens[j];
-        if (penaltyMs !== undefined) penaltyMs[i] = result.penaltyMs?.[j] ?? 0;
-      });
-    const answer = (allowed: boolean): Result => (penaltyMs === undefined ? { allowed, tokens } : { allowed, tokens, penaltyMs });
-    for (let g = 0; g < groups.length; g++) {
-      // The deadline runs from the first group's call: the later ones are part of the same decision.
-      const result = await this.run(pick(groups[g]), mode, now, g === 0 ? sent : undefined);
-      record(groups[g], result);
-      if (!result.allowed) {
-        const earlier = groups.slice(0, g);
-        const later = groups.slice(g + 1);
-        const [refunded, peeked] = await Promise.all([
-          Promise.all(earlier.map((group) => this.run(pick(group), mode === 'take' ? 'refund' : 'peek', now, undefined))),
-          Promise.all(later.map((group) => this.run(pick(group), 'peek', now, undefined))),
-        ]);
-        earlier.forEach((group, k) => record(group, refunded[k]));
-        later.forEach((group, k) => record(group, peeked[k]));
-        return answer(false);
-      }
-    }
-    return answer(true);
   }
 
   /**
@@ -268,9 +202,8 @@ export class RedisBucketStore implements BucketStore, SlotStore, OnModuleInit, O
     if (extra !== undefined) return this.sendExtra(requests[0], now, sent, extra);
     if (requests.length === 1 && !hasPenalty(requests) && !(mode === 'take' && hasFloor(requests))) {
       // The usual call: one bucket, one integer back.
-      if (this.diagnostics !== undefined && this.client.status !== 'ready') {
-        return Promise.reject(this.diagnostics.notConnected());
-      }
+      const down = this.notReady();
+      if (down !== undefined) return Promise.reject(down);
       const { key, capacity, refillPerSecond, cost } = requests[0];
       const header = 8 + MODE_CODE[mode];
       sent?.();
@@ -293,18 +226,12 @@ export class RedisBucketStore implements BucketStore, SlotStore, OnModuleInit, O
     sent: (() => void) | undefined,
     extra: DecisionExtra,
   ): Promise<Result> {
-    if (this.diagnostics !== undefined && this.client.status !== 'ready') return Promise.reject(this.diagnostics.notConnected());
     const { reserve, givesBack } = extra;
     const keys: string[] = [];
     const argv: (string | number)[] = [];
     if (reserve) appendReservations(keys, argv, request, reserve.boundMs, [{ cost: request.cost, maxWaitMs: reserve.maxWaitMs }]);
     else appendGiveBack(keys, argv, request, givesBack!);
-    if (now !== undefined) argv.push(now);
-    sent?.();
-    return this.evaluate(reserve ? RESERVE_SCRIPT : GIVE_BACK_SCRIPT, [1, ...keys, ...argv]).then((reply) => {
-      this.connection?.answered(1);
-      return reserve ? decodeReserve(reply) : decodeOne(reply);
-    });
+    return this.single(reserve ? RESERVE_SCRIPT : GIVE_BACK_SCRIPT, keys, argv, now, sent, reserve ? decodeReserve : decodeOne);
   }
 
   /**
@@ -312,15 +239,28 @@ export class RedisBucketStore implements BucketStore, SlotStore, OnModuleInit, O
    * `request`'s bucket, and leases up to `ask.want` more tokens (see the script's header). `now`: tests.
    */
   lease(request: BucketRequest, ask: LeaseAsk, now?: number, sent?: () => void): Promise<LeaseAnswer> {
-    if (this.diagnostics !== undefined && this.client.status !== 'ready') return Promise.reject(this.diagnostics.notConnected());
     const keys: string[] = [];
     const argv: (string | number)[] = [];
     appendLease(keys, argv, request, ask);
+    return this.single(LEASE_SCRIPT, keys, argv, now, sent, decodeLease);
+  }
+
+  /** One call of one key's script on a ready connection (`now` last, for tests), its reply decoded. */
+  private single<T>(
+    script: LuaScript,
+    keys: string[],
+    argv: (string | number)[],
+    now: number | undefined,
+    sent: (() => void) | undefined,
+    decode: (reply: unknown) => T,
+  ): Promise<T> {
+    const down = this.notReady();
+    if (down !== undefined) return Promise.reject(down);
     if (now !== undefined) argv.push(now);
     sent?.();
-    return this.evaluate(LEASE_SCRIPT, [1, ...keys, ...argv]).then((reply) => {
+    return this.evaluate(script, [keys.length, ...keys, ...argv]).then((reply) => {
       this.connection?.answered(1);
-      return decodeLease(reply);
+      return decode(reply);
     });
   }
 
@@ -343,67 +283,14 @@ export class RedisBucketStore implements BucketStore, SlotStore, OnModuleInit, O
     return this.slots.takeWith(requests, slot, options);
   }
 
-  /**
-   * `decisions`, in order: per decision its result, or the script's refusal of it. Decisions in a row of
-   * one script share a call (`groupDecisions`), and the reservations of one bucket with the same numbers
-   * in it are one batch (read and written once), in their order. Calls of one turn go out together, in
-   * order, on the same connection: Redis runs them in that order.
-   */
-  private decide(
-    decisions: readonly Pick<Queued, 'requests' | 'mode' | 'sent' | 'extra'>[],
-    now: number | undefined,
-  ): Promise<(Result | Error)[]> {
-    // Without an offline queue ioredis would refuse the command anyway ("Stream isn't writeable"): say
-    // where and why instead.
-    if (this.diagnostics !== undefined && this.client.status !== 'ready') {
-      return Promise.reject(this.diagnostics.notConnected());
-    }
-    const calls = groupDecisions(decisions);
-    if (calls.length === 1) return this.decideIn(calls[0], decisions, now);
-    // A mixed turn (reservations beside takes, say): a call per run; a run of one decision goes as it would alone.
-    const results = new Array<Result | Error>(decisions.length);
-    return Promise.all(
-      calls.map((call) => {
-        if (call.owners.length === 1 && call.owners[0].length === 1) {
-          const i = call.owners[0][0];
-          const { requests, mode, sent, extra } = decisions[i];
-          return this.send(requests, mode, now, sent, extra).then(
-            (result) => void (results[i] = result),
-            (error: unknown) => void (results[i] = error instanceof Error ? error : new Error(String(error))),
-          );
-        }
-        return this.decideIn(call, decisions, now).then(
-          (answers) => call.owners.forEach((positions) => positions.forEach((i) => (results[i] = answers[i]))),
-          (error: unknown) =>
-            call.owners.forEach((positions) =>
-              positions.forEach((i) => (results[i] = error instanceof Error ? error : new Error(String(error)))),
-            ),
-        );
-      }),
-    ).then(() => results);
+  /** `decisions`, in order: per decision its result, or the script's refusal of it (`decideAll`). */
+  private decide(decisions: readonly StoreDecisionCall[], now: number | undefined): Promise<(Result | Error)[]> {
+    return decideAll(this.calls, decisions, now);
   }
 
-  /** One script call for the decisions of `call`; answers a result per decision of `decisions` (undefined where another call answers). */
-  private decideIn(call: ScriptCall, decisions: readonly Pick<Queued, 'sent'>[], now: number | undefined): Promise<(Result | Error)[]> {
-    const keys: string[] = [];
-    const argv: (string | number)[] = [];
-    for (const decision of call.decisions) appendScriptDecision(keys, argv, decision);
-    if (now !== undefined) argv.push(now);
-    let count = 0;
-    for (const positions of call.owners) {
-      for (const i of positions) {
-        decisions[i].sent?.();
-        count++;
-      }
-    }
-    return this.evaluate(call.script, [keys.length, ...keys, ...argv]).then((reply) => {
-      this.connection?.answered(count);
-      const answers = decodeMany(reply, call.decisions);
-      const results = new Array<Result | Error>(decisions.length);
-      let j = 0;
-      for (const positions of call.owners) for (const i of positions) results[i] = answers[j++];
-      return results;
-    });
+  /** Why no call can be sent now (without an offline queue ioredis would refuse it: "Stream isn't writeable"); undefined when it can. */
+  private notReady(): Error | undefined {
+    return this.diagnostics !== undefined && this.client.status !== 'ready' ? this.diagnostics.notConnected() : undefined;
   }
 
   /**
