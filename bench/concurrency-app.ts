@@ -32,13 +32,17 @@ import { benchRedisUrl, CONCURRENCY, LIMITS } from './settings.js';
  * - rate: ours, `@RateLimit(B, R)` with a limit nobody reaches (the HTTP step's /allowed), default options;
  * - rate-no-coalesce: the same with `coalesce: false` (one decide.lua call per decision);
  * - slots: ours, `@ConcurrencyLimit(CONCURRENCY.limit)` (above the load's connections: nothing refused), default options;
+ * - rate-slot: ours, rate's policy with `phase: 'after-guards'` and `@ConcurrencyLimit(CONCURRENCY.limit)`: the rate
+ *   policy and the slot decided in one take-with-slot.lua call, the slot given back by one slot-give-back.lua call;
+ * - rate-slot-apart: the same policy without a phase (keyed by IP: decided in the guard, coalesced as in rate) and
+ *   `@ConcurrencyLimit(CONCURRENCY.limit)`: the rate call (decide.lua), then slot-take.lua, then slot-give-back.lua;
  * - floor: an interceptor doing the floor's take and give-back (concurrency-floor.ts), the slot given back when
  *   the response closes, writing the two headers ours writes (Concurrency-Limit, Concurrency-In-Flight).
  * Every request comes from 127.0.0.1 and every limiter keys by IP: one key per variant.
  * Prints `{"port":n}` once it listens.
  */
 
-export const CONCURRENCY_VARIANTS = ['none', 'rate', 'rate-no-coalesce', 'slots', 'floor'] as const;
+export const CONCURRENCY_VARIANTS = ['none', 'rate', 'rate-no-coalesce', 'slots', 'rate-slot', 'rate-slot-apart', 'floor'] as const;
 export type ConcurrencyVariant = (typeof CONCURRENCY_VARIANTS)[number];
 
 const { capacity, refillPerSecond } = LIMITS.allowed;
@@ -114,6 +118,38 @@ function appModule(variant: ConcurrencyVariant, prefix: string): DynamicModule {
         module: ConcurrencyAppModule,
         imports: [RateLimitModule.forRoot({ redis: benchRedisUrl(), keyPrefix: prefix })],
         controllers: [SlotsController],
+      };
+    }
+    case 'rate-slot': {
+      @Controller()
+      class RateSlotController {
+        @Get('work')
+        @RateLimit({ capacity, refillPerSecond, phase: 'after-guards' })
+        @ConcurrencyLimit(CONCURRENCY.limit)
+        work() {
+          return BODY;
+        }
+      }
+      return {
+        module: ConcurrencyAppModule,
+        imports: [RateLimitModule.forRoot({ redis: benchRedisUrl(), keyPrefix: prefix })],
+        controllers: [RateSlotController],
+      };
+    }
+    case 'rate-slot-apart': {
+      @Controller()
+      class RateSlotApartController {
+        @Get('work')
+        @RateLimit({ capacity, refillPerSecond })
+        @ConcurrencyLimit(CONCURRENCY.limit)
+        work() {
+          return BODY;
+        }
+      }
+      return {
+        module: ConcurrencyAppModule,
+        imports: [RateLimitModule.forRoot({ redis: benchRedisUrl(), keyPrefix: prefix })],
+        controllers: [RateSlotApartController],
       };
     }
     case 'floor': {

@@ -1,4 +1,5 @@
 import { execFile, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -8,7 +9,7 @@ import type { ChildProcess } from 'node:child_process';
 import { NestFactory } from '@nestjs/core';
 import autocannon from 'autocannon';
 import { Redis } from 'ioredis';
-import { BucketService, RateLimitModule } from 'nest-redis-rate-limit';
+import { type BucketRequest, BucketService, RateLimitModule, RedisBucketStore } from 'nest-redis-rate-limit';
 import { CONCURRENCY_VARIANTS, type ConcurrencyVariant } from './concurrency-app.js';
 import { FloorSlots } from './concurrency-floor.js';
 import type { BenchModuleOptions } from './limiters.js';
@@ -23,8 +24,11 @@ const run = promisify(execFile);
  * The concurrency step (issue 36, item 4): what `@ConcurrencyLimit` costs Redis beside `@RateLimit`.
  *
  * 1. HTTP. One app process per variant (concurrency-app.ts: GET /work with no limiter, ours `@RateLimit` with
- *    default options and with `coalesce: false`, ours `@ConcurrencyLimit(CONCURRENCY.limit)`, and the floor:
- *    a sorted set, ZREMRANGEBYSCORE + ZCARD + ZADD + PEXPIRE in one script to take, ZREM to give back),
+ *    default options and with `coalesce: false`, ours `@ConcurrencyLimit(CONCURRENCY.limit)`, ours `@RateLimit`
+ *    with `phase: 'after-guards'` + `@ConcurrencyLimit` (rate-slot: both in one take-with-slot.lua call, then a
+ *    give-back), the same policy decided in the guard + `@ConcurrencyLimit` (rate-slot-apart: the coalesced rate
+ *    call, slot-take.lua, slot-give-back.lua), and the floor: a sorted set, ZREMRANGEBYSCORE + ZCARD + ZADD +
+ *    PEXPIRE in one script to take, ZREM to give back),
  *    all on the run's Redis; per round (rotated order): Redis' idle CPU rate for 0.4 s, `warmupSeconds` of
  *    load, then `seconds` measured, autocannon with SETTINGS.connections connections. Every request comes
  *    from 127.0.0.1: one key per variant, `limit` above the connections so nothing is refused.
@@ -38,7 +42,9 @@ const run = promisify(execFile);
  * 2. Callgrind (BENCH_CONCURRENCY_CALLGRIND=1, the default): a redis-server of its own under
  *    `valgrind --tool=callgrind --instr-atstart=no`, and one client in this process doing one operation at a
  *    time: ours through BucketService (`coalesce: false`: one decide.lua call per `consume`; `takeSlot` and
- *    `release`), the floor through its script and ZREM. After `warmup` of each, instrumentation on; per
+ *    `release`), the store directly for a rate take and a slot in one call (`RedisBucketStore.takeWithSlot`, one
+ *    take-with-slot.lua call, then `giveBackSlot`: BucketService has no API for it, it is route-level), the floor
+ *    through its script and ZREM. After `warmup` of each, instrumentation on; per
  *    operation `segments` segments of `n` operations, each zeroed and dumped; instructions per operation =
  *    the segment's total / n (the median segment), less the server's idle instructions over as long
  *    (measured in a segment with no calls). "Lone": the key holds no other slot (a take creates it, the
@@ -91,7 +97,10 @@ export interface ConcurrencyResult {
     ConcurrencyVariant,
     { requestsPerSecond: Spread; ratioToNone: Spread; callsPerRequest: Spread; commandUsPerRequest: Spread; cpuUsPerRequest: Spread }
   >;
-  /** Ratios per round of the slots' Redis cost per request against each other variant's, median (min–max). */
+  /**
+   * Ratios per round, median (min–max): the slots' Redis cost per request against the rate paths' and the
+   * floor's; rate-slot's against rate-slot-apart's and the rate paths'.
+   */
   ratios: Record<string, Spread>;
   callgrind?: { valgrind: string; idlePerSecond: number; operations: CallgrindOperation[]; ratios: Record<string, number> };
 }
@@ -100,7 +109,7 @@ const CLIENT_COMMANDS = ['evalsha', 'eval', 'zrem'];
 
 export const concurrencyPlannedSeconds = () =>
   CONCURRENCY_VARIANTS.length * (8 + CONCURRENCY.rounds * (CONCURRENCY.warmupSeconds + CONCURRENCY.seconds + 0.8)) +
-  (CONCURRENCY.callgrind ? 40 + (CONCURRENCY.warmup * 5 + CONCURRENCY.n * CONCURRENCY.segments * 5) * 0.004 : 0);
+  (CONCURRENCY.callgrind ? 40 + (CONCURRENCY.warmup * 7 + CONCURRENCY.n * CONCURRENCY.segments * 7) * 0.004 : 0);
 
 async function startApp(variant: ConcurrencyVariant, prefix: string): Promise<App> {
   const child = track(
@@ -238,7 +247,22 @@ async function callgrindPhase(workDir: string): Promise<NonNullable<ConcurrencyR
   const context = await NestFactory.createApplicationContext(RateLimitModule.forRoot(options), { logger: ['error', 'warn'] });
   const floorClient = new Redis(url);
   const floor = new FloorSlots(floorClient);
+  // The route-level path (a rate take and a slot in one call) has no BucketService API: the store directly,
+  // without coalescing, on a client of its own that queues nothing while disconnected (as the module's).
+  const storeClient = new Redis(url, { lazyConnect: true, enableOfflineQueue: false });
   try {
+    await storeClient.connect();
+    const store = new RedisBucketStore(storeClient, false, false);
+    const instance = randomBytes(6).toString('base64url');
+    let next = 0;
+    const holderId = () => `${instance}.${(next++).toString(36)}`;
+    const withSlot = async (name: string) => {
+      const request: BucketRequest = { key: `cg:{${name}}`, cost: 1, ...LIMITS.allowed };
+      const slot = { key: `cg:{${name}}!`, limit: CONCURRENCY.limit, holder: holderId(), leaseMs: 30_000 };
+      const taken = await store.takeWithSlot([request], slot);
+      if (!taken.allowed || !taken.slot?.held) throw new Error('take with slot refused');
+      if (!(await store.giveBackSlot(slot.key, slot.holder)).released) throw new Error('slot not given back');
+    };
     const buckets = context.get(BucketService);
     await floor.load();
     const policy = { capacity: LIMITS.allowed.capacity, refillPerSecond: LIMITS.allowed.refillPerSecond };
@@ -265,6 +289,14 @@ async function callgrindPhase(workDir: string): Promise<NonNullable<ConcurrencyR
           await slot.release();
         },
       },
+      'rate + slot in one call, lone: take-with-slot + give back': {
+        calls: 2,
+        once: () => withSlot('rs-lone'),
+      },
+      'rate + slot in one call, busy: take-with-slot + give back': {
+        calls: 2,
+        once: () => withSlot('rs-busy'),
+      },
       'floor, lone: take + give back': {
         calls: 2,
         once: async () => {
@@ -284,8 +316,12 @@ async function callgrindPhase(workDir: string): Promise<NonNullable<ConcurrencyR
     };
     // The busy keys' other holders: held for the whole phase (leases of 30 s are renewed by their timers).
     const held = [];
+    const heldInStore: string[] = [];
     for (let i = 0; i < others; i++) {
       held.push(await buckets.takeSlot('busy', { limit, leaseMs: 3_600_000 }));
+      const other = holderId();
+      await store.takeSlot({ key: 'cg:{rs-busy}!', limit, holder: other, leaseMs: 3_600_000 });
+      heldInStore.push(other);
       await floor.take('{floor-busy}', limit, `other-${i}`, 3_600_000);
     }
     for (let i = 0; i < warmup; i++) for (const op of Object.values(ops)) await op.once();
@@ -328,6 +364,7 @@ async function callgrindPhase(workDir: string): Promise<NonNullable<ConcurrencyR
       );
     }
     for (const slot of held) await slot.release();
+    for (const other of heldInStore) await store.giveBackSlot('cg:{rs-busy}!', other);
     const of = (prefix: string) => operations.find((o) => o.name.startsWith(prefix))!.perOperation;
     const rate = of('rate decision');
     const ratios = {
@@ -336,12 +373,25 @@ async function callgrindPhase(workDir: string): Promise<NonNullable<ConcurrencyR
       'slots lone ÷ floor lone': round(of('slots, lone') / of('floor, lone'), 3),
       'slots busy ÷ floor busy': round(of('slots, busy') / of('floor, busy'), 3),
       'floor busy ÷ rate decision': round(of('floor, busy') / rate, 3),
+      'rate + slot in one call, lone ÷ (rate decision + slots lone)': round(
+        of('rate + slot in one call, lone') / (rate + of('slots, lone')),
+        3,
+      ),
+      'rate + slot in one call, busy ÷ (rate decision + slots busy)': round(
+        of('rate + slot in one call, busy') / (rate + of('slots, busy')),
+        3,
+      ),
+      'rate + slot in one call, lone ÷ rate decision': round(of('rate + slot in one call, lone') / rate, 3),
+      'rate + slot in one call, busy ÷ rate decision': round(of('rate + slot in one call, busy') / rate, 3),
+      '(rate + slot in one call, lone − rate decision) ÷ rate decision': round((of('rate + slot in one call, lone') - rate) / rate, 3),
+      '(rate + slot in one call, busy − rate decision) ÷ rate decision': round((of('rate + slot in one call, busy') - rate) / rate, 3),
     };
     progress('concurrency', `callgrind done (idle ${fmt(idlePerSecond)} instructions/s)`, Date.now() - t0);
     return { valgrind, idlePerSecond: round(idlePerSecond), operations, ratios };
   } finally {
     await context.close();
     floorClient.disconnect();
+    storeClient.disconnect();
     await stopChild(child, 'SIGKILL');
     if (process.env.BENCH_CONCURRENCY_KEEP !== '1') rmSync(workDir, { recursive: true, force: true });
   }
@@ -383,6 +433,30 @@ export async function concurrencyStep(redis: Redis, runPrefix: string, root: str
       rounds.map((r) => at('slots', r).cpuUsPerRequest / at(other, r).cpuUsPerRequest),
     );
   }
+  const perRound = (name: string, value: (r: number) => number) => {
+    ratios[name] = spreadOf(rounds.map(value));
+  };
+  const cost = { 'command µs per request': 'commandUsPerRequest', 'Redis CPU µs per request': 'cpuUsPerRequest' } as const;
+  perRound(
+    'rate-slot ÷ rate-slot-apart, Redis calls per request',
+    (r) => at('rate-slot', r).redisCallsPerRequest / at('rate-slot-apart', r).redisCallsPerRequest,
+  );
+  for (const [label, field] of Object.entries(cost)) {
+    perRound(`rate-slot ÷ rate-slot-apart, ${label}`, (r) => at('rate-slot', r)[field] / at('rate-slot-apart', r)[field]);
+  }
+  for (const other of ['rate-no-coalesce', 'rate'] as const) {
+    for (const [label, field] of Object.entries(cost)) {
+      perRound(`rate-slot ÷ ${other}, ${label}`, (r) => at('rate-slot', r)[field] / at(other, r)[field]);
+      perRound(`rate-slot-apart ÷ ${other}, ${label}`, (r) => at('rate-slot-apart', r)[field] / at(other, r)[field]);
+    }
+  }
+  // The slot's share of the one-call path: what rate-slot costs beyond one rate decision per call, in rate decisions.
+  for (const [label, field] of Object.entries(cost)) {
+    perRound(
+      `(rate-slot − rate-no-coalesce) ÷ rate-no-coalesce, ${label}`,
+      (r) => (at('rate-slot', r)[field] - at('rate-no-coalesce', r)[field]) / at('rate-no-coalesce', r)[field],
+    );
+  }
   const callgrind = CONCURRENCY.callgrind ? await callgrindPhase(join(root, '.bench-tmp', 'concurrency-callgrind')) : undefined;
   return { settings: { ...CONCURRENCY, connections: SETTINGS.connections }, method: method(), runs, summary, ratios, callgrind };
 }
@@ -391,7 +465,10 @@ function method(): string {
   return (
     `HTTP: one Nest 12 Express app process per variant (bench/concurrency-app.ts), GET /work keyed by IP, every request from 127.0.0.1 ` +
     `(one key per variant): no limiter; ours @RateLimit(1e9, 1e9) with default options (coalescing on) and with coalesce: false; ours ` +
-    `@ConcurrencyLimit(${CONCURRENCY.limit}) with default options (lease 30 s); the floor (bench/concurrency-floor.ts: a sorted set, ` +
+    `@ConcurrencyLimit(${CONCURRENCY.limit}) with default options (lease 30 s); rate-slot: @RateLimit({ capacity: 1e9, ` +
+    `refillPerSecond: 1e9, phase: 'after-guards' }) + @ConcurrencyLimit(${CONCURRENCY.limit}) (one take-with-slot.lua call, one ` +
+    `slot-give-back.lua call); rate-slot-apart: the same policy without a phase (decided in the guard, coalesced) + ` +
+    `@ConcurrencyLimit(${CONCURRENCY.limit}) (decide.lua, slot-take.lua, slot-give-back.lua); the floor (bench/concurrency-floor.ts: a sorted set, ` +
     `ZREMRANGEBYSCORE + ZCARD + ZADD + PEXPIRE in one script to take, ZREM to give back when the response closes). ` +
     `autocannon in the bench process, ${SETTINGS.connections} connections, ${CONCURRENCY.warmupSeconds} s warm-up then ${CONCURRENCY.seconds} s ` +
     `measured per variant and round, ${CONCURRENCY.rounds} rounds in rotated order, on the run's Redis; ratios taken inside a round. ` +
@@ -401,7 +478,8 @@ function method(): string {
     (CONCURRENCY.callgrind
       ? ` Callgrind: a redis-server of its own under valgrind --tool=callgrind --instr-atstart=no; one client in the bench process, one ` +
         `operation at a time (ours through BucketService with coalesce: false: consume() is one decide.lua call, takeSlot() + release() ` +
-        `one slot-take.lua and one slot-give-back.lua call; the floor's script + ZREM); ${CONCURRENCY.warmup} warm-up operations of each, ` +
+        `one slot-take.lua and one slot-give-back.lua call; RedisBucketStore(client, false, false).takeWithSlot() of one ` +
+        `request + giveBackSlot(), one take-with-slot.lua and one slot-give-back.lua call; the floor's script + ZREM); ${CONCURRENCY.warmup} warm-up operations of each, ` +
         `then ${CONCURRENCY.segments} segments of ${CONCURRENCY.n} per operation, each zeroed and dumped: the median segment's total / n, ` +
         `less the server's idle instructions over as long. Busy: ${CONCURRENCY.others} other slots held in the key.`
       : '')
@@ -415,6 +493,8 @@ const LABELS: Record<ConcurrencyVariant, string> = {
   rate: '`@RateLimit` (coalescing, default)',
   'rate-no-coalesce': '`@RateLimit`, `coalesce: false`',
   slots: '**`@ConcurrencyLimit`**',
+  'rate-slot': '**`@RateLimit` after the guards + `@ConcurrencyLimit`** (one call)',
+  'rate-slot-apart': '`@RateLimit` in the guard + `@ConcurrencyLimit`',
   floor: 'floor: sorted set',
 };
 
