@@ -132,7 +132,7 @@ describe('a take and a slot in one call', () => {
     const slotKey = `${key}{id}!s`;
     const holders: string[] = [];
     let now = T0;
-    const outcomes = { drained: 0, slotRefused: 0, rateRefused: 0 };
+    const outcomes = { usual: 0, drained: 0, slotRefused: 0, rateRefused: 0 };
     for (let step = 0; step < 400; step++) {
       now += Math.floor(random() * 400);
       const roll = random();
@@ -142,7 +142,10 @@ describe('a take and a slot in one call', () => {
         expect({ step, ...a }).toEqual({ step, ...b });
         continue;
       }
-      const requests = buckets(1 + Math.floor(random() * 3), random() < 0.2 ? 2 : 0);
+      // Half of them one bucket without a penalty or a floor: the script's usual path; the others its general one.
+      const both = buckets(1 + Math.floor(random() * 3), random() < 0.2 ? 2 : 0);
+      const usual = random() < 0.5;
+      const requests = usual ? [{ ...both[0], floor: undefined }] : both;
       const slot: SlotRequest = { key: slotKey, limit: 3, holder: `h${step}`, leaseMs: 1_500 };
       const [a, b] = await Promise.all([redis.takeWithSlot(requests, slot, { now }), memory.takeWithSlot(requests, slot, { now })]);
       // The script's wait is a bound from `e`, at most the memory store's exact one (SlotAnswer.waitMs).
@@ -151,11 +154,13 @@ describe('a take and a slot in one call', () => {
       const same = (r: SlotTakeResult) => ({ ...r, slot: r.slot && { ...r.slot, waitMs: r.slot.waitMs > 0 } });
       expect({ step, ...same(a) }).toEqual({ step, ...same({ ...b, tokens: b.tokens.map(reportedTokens) }) });
       if (a.slot?.held) holders.push(slot.holder);
+      if (usual) outcomes.usual++;
       if (a.allowed) outcomes.drained++;
       else if (a.slot === undefined) outcomes.rateRefused++;
       else outcomes.slotRefused++;
     }
     // The sequence reached each outcome many times.
+    expect(outcomes.usual).toBeGreaterThan(100);
     expect(outcomes.drained).toBeGreaterThan(20);
     expect(outcomes.slotRefused).toBeGreaterThan(20);
     expect(outcomes.rateRefused).toBeGreaterThan(20);

@@ -53,27 +53,9 @@ if #KEYS == 1 and (nargs == 4 or nargs == 5) then
   --@include check-cost
   if (h == 8 or h == 9 or h == 10) and not why and now == now and now ~= HUGE and now ~= -HUGE then
     local key = KEYS[1]
-    local state = redis.pcall('HMGET', key, 'tokens', 'ts', 'b', 'o')
-    if state.err then return redis.error_reply('token-bucket: unusable key: bucket 1 (' .. key .. '): ' .. state.err) end
-    local stop = state[3] and tonumber(state[3])
-    local t = tonumber(state[1])
-    -- A penalty runs (set by a caller of this bucket with other numbers), the tokens are below 0
-    -- (reservations of acquire(), a penalty's leftovers, or damage), or tokens are out on leases (the
-    -- room is less than the capacity): the general path decides.
-    if not (stop and stop > now and stop ~= HUGE) and not (t and t < 0) and not state[4] then
-      local ts = tonumber(state[2])
-      local exists = state[1] ~= false or state[2] ~= false
-      local held = exists or state[3] ~= false
-      -- Written in this very ms (a hot key): most likely with the TTL this call would set.
-      local fresh = ts == now
-      local repaired = false
-      if not t or not ts or t ~= t or ts ~= ts or t == HUGE or t == -HUGE or ts == HUGE or ts == -HUGE then
-        repaired = exists
-        t, ts = cap, now
-      else
-        --@include refill
-      end
-      if t > cap then t = cap end
+    --@include one-read
+    if usual then
+      --@include one-refill
       local allowed = h == 10 or t >= cost
       if h ~= 9 then
         if allowed then
@@ -84,22 +66,7 @@ if #KEYS == 1 and (nargs == 4 or nargs == 5) then
             t = t - cost
           end
         end
-        if allowed or repaired then
-          call('HSET', key, 'tokens', t, 'ts', ts)
-          local ms = ceil(2 * cap / rate * 1000)
-          -- Never shorter than the TTL the key has (a caller with other numbers may have set a longer one).
-          -- GT leaves a key without TTL as it is, so a refused GT asks PTTL; a key written this ms most
-          -- likely has this TTL already, so PTTL first (one call either way in the usual cases).
-          if not held then
-            call('PEXPIRE', key, format('%d', ms))
-          elseif fresh then
-            if call('PTTL', key) < ms then call('PEXPIRE', key, format('%d', ms)) end
-          elseif call('PEXPIRE', key, format('%d', ms), 'GT') == 0 and call('PTTL', key) == -1 then
-            call('PEXPIRE', key, format('%d', ms))
-          end
-        elseif held and call('PTTL', key) == -1 then
-          call('PEXPIRE', key, format('%d', ceil(2 * cap / rate * 1000)))
-        end
+        --@include one-write
       end
       --@include code
       return c

@@ -24,7 +24,8 @@
 --   slot. The buckets are drained only when the slot is held: a request refused for its slot takes no
 --   token (and starts no penalty: the tokens were there). A rate refusal writes what decide.lua's would.
 -- - Every argument is checked, and each key read, before the first write.
--- - The slot's rules are slot-take.lua's, and the buckets' decide.lua's (the same included parts).
+-- - The slot's rules are slot-take.lua's, and the buckets' decide.lua's (the same included parts; one
+--   bucket without a penalty or a floor takes decide.lua's usual path, the others its general one).
 --@include limits
 
 local nargs = #ARGV
@@ -47,15 +48,46 @@ if not (now == now and now ~= HUGE and now ~= -HUGE) then
   return redis.error_reply('token-bucket: now must be a finite number of ms')
 end
 
---@include bucket
---@include settle
---@include numbers
---@include shown
 --@include slot
 
 local limit, holder, life = tonumber(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2])
 local problem = slotProblem(limit, holder, life)
 if problem then return redis.error_reply(problem) end
+
+-- The usual call: one bucket without a penalty or a floor, as decide.lua's usual call reads and writes it
+-- (the same parts), and its slot; the general path's closures and tables cost Redis more than this copy.
+if count == 1 and not penalised and not aboveFloor then
+  local cap, rate, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+  local why
+  --@include check-bucket
+  --@include check-cost
+  if not why then
+    local key = KEYS[1]
+    --@include one-read
+    if usual then
+      --@include one-refill
+      local allowed = t >= cost
+      local got, inFlight, wait = -1, 0, 0
+      if allowed then
+        got, inFlight, wait = takeSlot(KEYS[2], limit, holder, life)
+        if not got then return redis.error_reply(inFlight) end
+        if got == 1 then t = t - cost end
+      end
+      -- A slot refused: the bucket stays as it was (not even a repair is written, as for a peek).
+      if got ~= 0 then
+        --@include one-write
+      end
+      --@include code
+      return { c, got, inFlight, wait }
+    end
+  end
+  -- Anything else (a refused number among them) takes the general path, which says what is wrong.
+end
+
+--@include bucket
+--@include settle
+--@include numbers
+--@include shown
 
 local caps, rates, costs, blocks, leasts, keeps = {}, {}, {}, {}, {}, {}
 local seen = {}
