@@ -60,6 +60,8 @@ export class RouteLimiter {
   private readonly refusals: Refusals;
   private readonly refunds: Refunds;
   private readonly slots: RouteSlots;
+  /** The calls (their carriers) whose slot an earlier run of the interceptor takes. */
+  private readonly slotted = new WeakSet<object>();
 
   constructor(
     private readonly registry: PolicyRegistry,
@@ -120,7 +122,11 @@ export class RouteLimiter {
   aroundHandler(context: ExecutionContext, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>> {
     const call = limitedCall(context, this.addresses);
     const limit = call === undefined ? undefined : this.concurrencyOf(context, call);
-    if (limit !== undefined) {
+    // The interceptor may run more than once on a request (module defaults put it on globally, a
+    // controller-level policy on the class, the handler's decorator on the method): the first, outermost
+    // run takes the slot around all the others; a second slot of the same request would halve the limit.
+    if (limit !== undefined && !this.slotted.has(call!.carrier)) {
+      this.slotted.add(call!.carrier);
       // Phase 2 and the slot are decided once the handler's stream is subscribed to: the subscription owns the slot.
       return this.slots.around(
         context,
