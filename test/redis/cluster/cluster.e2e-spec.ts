@@ -54,6 +54,15 @@ function scriptCallsPerMaster(): Promise<number[]> {
   return Promise.all(masters.map(async (m) => (await commandCalls(m, 'evalsha')) + (await commandCalls(m, 'eval'))));
 }
 
+/**
+ * 5 tokens less the one request that ran, plus what refilled since (SLOW a second: under half a token in
+ * any run): a refused request that kept its token leaves less than 4, one given back twice more than 4.5.
+ */
+function expectFourLeft(tokens: number): void {
+  expect(tokens).toBeGreaterThanOrEqual(4);
+  expect(tokens).toBeLessThan(4.5);
+}
+
 describe.each(PLATFORMS)('a Redis Cluster of 3 masters on %s', (platform) => {
   const prefix = testPrefix(`cluster-${platform}`);
   let client: Cluster;
@@ -182,7 +191,7 @@ describe.each(PLATFORMS)('a Redis Cluster of 3 masters on %s', (platform) => {
     keys.forEach((_, i) => clusterGates.open(`${platform}-held-${i}`));
     expect(await Promise.all(first)).toEqual(['200 1', '200 1', '200 1']);
     // The refused requests took no token: 5 - 1 left of each key's rate bucket.
-    for (const key of keys) expect(await tokens(`${prefix}{${apiKeyIdentity(key)}}:c-slots-rate`)).toBeCloseTo(4, 3);
+    for (const key of keys) expectFourLeft(await tokens(`${prefix}{${apiKeyIdentity(key)}}:c-slots-rate`));
     for (let i = 0; i < 100; i++) {
       const left = (await Promise.all(masters.map((m) => m.keys(`${prefix}*!c-slots`)))).flat();
       if (left.length === 0) break;
@@ -211,7 +220,7 @@ describe.each(PLATFORMS)('a Redis Cluster of 3 masters on %s', (platform) => {
     clusterGates.open(`${platform}-together-held`);
     expect(await held).toBe('200 1');
     // The refused request took no token.
-    expect(await tokens(`${prefix}{${apiKeyIdentity(key)}}:c-together-rate`)).toBeCloseTo(4, 3);
+    expectFourLeft(await tokens(`${prefix}{${apiKeyIdentity(key)}}:c-together-rate`));
     for (let i = 0; i < 100 && (await masters[owner].exists(slots)) === 1; i++) await new Promise((resolve) => setTimeout(resolve, 10));
     expect(await masters[owner].exists(slots)).toBe(0);
   });
@@ -228,7 +237,7 @@ describe.each(PLATFORMS)('a Redis Cluster of 3 masters on %s', (platform) => {
     clusterGates.open(`${platform}-apart-held`);
     expect(await held).toBe('200 1');
     // 5 - the one that ran: the three refused for their slot gave their tokens back.
-    expect(await tokens(`${prefix}{ip:127.0.0.1}:c-apart-rate`)).toBeCloseTo(4, 3);
+    expectFourLeft(await tokens(`${prefix}{ip:127.0.0.1}:c-apart-rate`));
   });
 
   it('leaves the Cluster client it was given open when the app closes (the caller owns it)', async () => {
