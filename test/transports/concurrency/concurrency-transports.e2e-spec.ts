@@ -19,7 +19,7 @@ import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import { firstValueFrom, type Observable, timeout } from 'rxjs';
 import request from 'supertest';
-import { ConcurrencyLimit, RateLimitModule } from 'nest-redis-rate-limit';
+import { ConcurrencyLimit, RateLimit, RateLimitModule } from 'nest-redis-rate-limit';
 import { Gates } from '../../policies/concurrency/concurrency.controller.js';
 import { createApp } from '../../support/app.js';
 import { freePort, redisUrl, testPrefix } from '../../support/redis.js';
@@ -28,7 +28,9 @@ import { closeAll, type WsClient, wsClient } from '../websockets/clients.js';
 /**
  * @ConcurrencyLimit beyond HTTP routes (issue 36, item 1): a GraphQL resolver, a WebSocket message
  * handler and a microservice message handler hold their slot while they run, and give it back when
- * they return or throw; a call beyond the limit gets its transport's refusal.
+ * they return or throw; a call beyond the limit gets its transport's refusal. The WebSocket and
+ * microservice handlers also have a rate policy keyed by a function (decided after the guards, with the
+ * slot, in one store call): a call refused for its slot takes no token.
  */
 const gates = new Gates();
 const prefix = testPrefix('concurrency-transports');
@@ -47,6 +49,7 @@ class SlowResolver {
 @WebSocketGateway({ path: '/slots' })
 class SlowGateway {
   @SubscribeMessage('slow')
+  @RateLimit({ capacity: 100, refillPerSecond: 0.001, name: 'ws-rate', keyBy: () => 'all' })
   @ConcurrencyLimit({ limit: 1, name: 'ws', keyBy: () => 'all' })
   async slow(@MessageBody() id: string) {
     await gates.gate(id);
@@ -76,6 +79,7 @@ class SlowHandlers {
   }
 
   @MessagePattern({ cmd: 'slow' })
+  @RateLimit({ capacity: 100, refillPerSecond: 0.001, name: 'rpc-rate', keyBy: () => 'all' })
   @ConcurrencyLimit({ limit: 1, name: 'rpc', keyBy: () => 'all' })
   async slow(@Payload() id: string) {
     await gates.gate(id);
@@ -96,6 +100,12 @@ describe('@ConcurrencyLimit on GraphQL, WebSocket and microservice handlers', ()
 
   async function slotKeys(scope: string): Promise<string[]> {
     return (await redis.keys(`${prefix}*`)).filter((key) => key.endsWith(`}!${scope}`));
+  }
+
+  /** The tokens left in the one bucket of a rate policy (keyed by a function: one identity). */
+  async function tokensOf(scope: string): Promise<number> {
+    const [key] = (await redis.keys(`${prefix}*`)).filter((k) => k.endsWith(`}:${scope}`));
+    return Number(await redis.hget(key, 'tokens'));
   }
 
   async function settled(scope: string): Promise<void> {
@@ -166,6 +176,9 @@ describe('@ConcurrencyLimit on GraphQL, WebSocket and microservice handlers', ()
       for (let i = 0; i < 100 && client.of('done').length < 2; i++) await new Promise((resolve) => setTimeout(resolve, 10));
       expect(client.of('done')).toEqual(['w1', 'w4']);
       await settled('ws');
+      // w1, fail-w3 and w4 ran; w2, refused for its slot, took no token.
+      expect(await tokensOf('ws-rate')).toBeGreaterThanOrEqual(97);
+      expect(await tokensOf('ws-rate')).toBeLessThan(97.5);
     } finally {
       await closeAll([], opened);
       await app.close();
@@ -197,6 +210,9 @@ describe('@ConcurrencyLimit on GraphQL, WebSocket and microservice handlers', ()
       gates.open('r4');
       expect(await send('r4')).toBe('r4');
       await settled('rpc');
+      // r1, fail-r3 and r4 ran; r2, refused for its slot, took no token.
+      expect(await tokensOf('rpc-rate')).toBeGreaterThanOrEqual(97);
+      expect(await tokensOf('rpc-rate')).toBeLessThan(97.5);
 
       // A message waiting for its slot when the app's timeout ends it: it gives up the wait, and the slot
       // freed later is not taken for a handler nobody will run (no response closes here to say so).
