@@ -4,7 +4,7 @@ import { RateLimitError, RateLimitTimeoutError, RateLimitUnavailableError } from
 import type { Verdict, VerdictSource } from '../rate-limit.interfaces.js';
 import type { FailureMode, ResolvedRateLimitOptions } from '../rate-limit.options.js';
 import type { BucketStore, ReservationMark, ReserveOptions, TakeOptions, TakeResult } from '../stores/bucket-store.interface.js';
-import type { CombinedSlotStore, SlotAnswer, SlotRequest, SlotTakeResult } from '../stores/slots.js';
+import type { CombinedSlotStore, SlotRequest } from '../stores/slots.js';
 import { type BucketRequest, mergeRepeatedKeys } from '../stores/token-bucket.js';
 import { ThrottledLogger } from '../throttled-logger.js';
 import { type Breaker, Breakers } from './breakers.js';
@@ -15,16 +15,9 @@ import type { MemoryBucketStore } from '../stores/memory/memory-bucket.store.js'
 import { Deadlines, withTimeout } from './with-timeout.js';
 import { type LeaseAnswer, type LeaseAsk, LeaseBook, leases, type LeasingStore } from './lease-book.js';
 import { LeasedPath } from './leased-path.js';
+import { type SlotVerdict, takeWithSlot } from './slot-verdict.js';
 
-/** A take and a slot decided together (`DecisionEngine.decideWithSlot`). */
-export interface SlotVerdict {
-  verdict: Verdict;
-  /**
-   * The slot's answer; undefined when none was asked for (the buckets refused, or the deny cache did);
-   * 'failed' when the store failed and `failureMode` decided the buckets (the caller applies it to the slot).
-   */
-  slot: SlotAnswer | undefined | 'failed';
-}
+export type { SlotVerdict } from './slot-verdict.js';
 
 /** What `DecisionEngine.health()` answers. */
 export interface EngineHealth {
@@ -168,34 +161,17 @@ export class DecisionEngine {
   }
 
   /**
-   * One atomic take of `requests` and one concurrency slot, in one store call (`SlotStore.takeWithSlot`),
-   * as `decide()` makes a take: within `timeoutMs`, through the deny cache and the breakers, `failureMode`
-   * deciding the buckets when the store fails. A slot refused leaves the buckets untouched: the verdict
-   * is then allowed (the buckets had their cost) with the tokens they hold, and `slot` says the refusal.
+   * One atomic take of `requests` and one concurrency slot, in one store call, as `decide()` makes a take
+   * (slot-verdict.ts).
    */
-  async decideWithSlot(requests: readonly BucketRequest[], slot: SlotRequest, store: CombinedSlotStore): Promise<SlotVerdict> {
-    const merged = mergeRepeatedKeys(requests);
-    const distinct = merged?.requests ?? requests;
-    let answer: SlotAnswer | undefined;
-    let pending: Promise<SlotTakeResult> | undefined;
-    const verdict = await this.decideExact(distinct, false, (options) =>
-      (pending = store.takeWithSlot(distinct, slot, options)).then((result) => {
-        answer = result.slot;
-        // Not a denial to learn: the buckets had their cost.
-        return result.slot?.held === false ? { ...result, allowed: true } : result;
-      }),
+  decideWithSlot(requests: readonly BucketRequest[], slot: SlotRequest, store: CombinedSlotStore): Promise<SlotVerdict> {
+    return takeWithSlot(
+      (distinct, send) => this.decideExact(distinct, false, send),
+      (key, call) => this.guarded(key, call),
+      requests,
+      slot,
+      store,
     );
-    const failed = verdict.source !== 'store' && verdict.source !== 'cache';
-    if (failed && pending !== undefined) {
-      // It timed out, and Redis may still grant the slot: nobody would hold it until its lease ended.
-      pending
-        .then((late) =>
-          late.slot?.held ? this.guarded(slot.key, (sent) => store.giveBackSlot(slot.key, slot.holder, { sent })) : undefined,
-        )
-        .catch(() => undefined);
-    }
-    const decided = merged === undefined ? verdict : { ...verdict, decisions: merged.positions.map((j) => ({ ...verdict.decisions[j] })) };
-    return { verdict: decided, slot: failed ? 'failed' : answer };
   }
 
   private async decideExact(

@@ -16,16 +16,8 @@ import {
 import { ThrottledLogger } from '../../throttled-logger.js';
 import type { BucketStore, ReserveOptions, TakeOptions, TakeResult } from '../bucket-store.interface.js';
 import { RateLimitConfigError, RateLimitError } from '../../errors/rate-limit.errors.js';
-import {
-  type SlotAnswer,
-  type SlotCallOptions,
-  type SlotRelease,
-  type SlotRequest,
-  type SlotStore,
-  type SlotTakeResult,
-  slotRequestProblem,
-} from '../slots.js';
-import { MemorySlots } from './memory-slots.js';
+import type { SlotAnswer, SlotCallOptions, SlotRelease, SlotRequest, SlotStore, SlotTakeResult } from '../slots.js';
+import { MemorySlots, takeWithSlotIn } from './memory-slots.js';
 
 interface StoredBucket extends BucketState {
   expiresAt: number;
@@ -120,17 +112,9 @@ export class MemoryBucketStore implements BucketStore, SlotStore {
     }
   }
 
-  /** The slot is asked for only when the buckets have their cost, and they are drained only when it is held. */
+  /** The slot is asked for only when the buckets have their cost, and they are drained only when it is held (`takeWithSlotIn`). */
   takeWithSlotSync(requests: readonly BucketRequest[], slot: SlotRequest, now = this.clock()): SlotTakeResult {
-    const problem = slotRequestProblem(slot);
-    if (problem !== undefined) throw new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', `MemoryBucketStore: ${problem}`);
-    // A peek ignores floors (a priority's reserve): each bucket must keep its floor after its cost, as a take's.
-    const peek = this.takeSync(requests, { dryRun: true, now });
-    const room = peek.allowed && requests.every((request, i) => peek.tokens[i] - (request.floor ?? 0) >= request.cost);
-    if (!room) return { ...this.takeSync(requests, { now }), slot: undefined };
-    const answer = this.slots.take(slot, now);
-    if (!answer.held) return { ...peek, allowed: false, slot: answer };
-    return { ...this.takeSync(requests, { now }), slot: answer };
+    return takeWithSlotIn(this.slots, requests, (options) => this.takeSync(requests, options), slot, now);
   }
 
   take(requests: readonly BucketRequest[], options: TakeOptions = {}): Promise<TakeResult & PenaltyReport> {

@@ -1,5 +1,7 @@
 import { RateLimitError } from '../../errors/rate-limit.errors.js';
-import { type SlotAnswer, type SlotRelease, type SlotRequest, slotRequestProblem } from '../slots.js';
+import type { TakeOptions, TakeResult } from '../bucket-store.interface.js';
+import { type SlotAnswer, type SlotRelease, type SlotRequest, type SlotTakeResult, slotRequestProblem } from '../slots.js';
+import type { BucketRequest, PenaltyReport } from '../token-bucket.js';
 
 /** Keys held before a take sweeps the keys whose slots have all ended. */
 const SWEEP_AT = 10_000;
@@ -66,4 +68,27 @@ export class MemorySlots {
       if (slots.size === 0) this.keys.delete(key);
     }
   }
+}
+
+/**
+ * A take and a slot decided together in this process (`SlotStore.takeWithSlot`): the buckets peeked (a
+ * peek ignores floors, so each must keep its floor after its cost, as a take's), the slot taken only
+ * when they have their cost, and the take made only when the slot is held. `take` is the store's
+ * `takeSync` over `requests`.
+ */
+export function takeWithSlotIn(
+  slots: MemorySlots,
+  requests: readonly BucketRequest[],
+  take: (options: TakeOptions) => TakeResult & PenaltyReport,
+  slot: SlotRequest,
+  now: number,
+): SlotTakeResult {
+  const problem = slotRequestProblem(slot);
+  if (problem !== undefined) throw new RateLimitError('ERR_RATE_LIMIT_STORE_CONTRACT', `MemoryBucketStore: ${problem}`);
+  const peek = take({ dryRun: true, now });
+  const room = peek.allowed && requests.every((request, i) => peek.tokens[i] - (request.floor ?? 0) >= request.cost);
+  if (!room) return { ...take({ now }), slot: undefined };
+  const answer = slots.take(slot, now);
+  if (!answer.held) return { ...peek, allowed: false, slot: answer };
+  return { ...take({ now }), slot: answer };
 }
