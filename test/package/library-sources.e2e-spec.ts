@@ -14,13 +14,15 @@ import { FIXTURES, ROOT, run, STEP_TIMEOUT } from './support/consumer.js';
 const TSC = createRequire(import.meta.url).resolve('typescript/bin/tsc');
 const SOURCES = join(ROOT, 'libs/rate-limit/src');
 
-describe.each([
-  ['nest12-esm-express', 'strict, noImplicitOverride, noImplicitReturns'],
-  ['nest12-cjs-fastify', "Nest's default: strict off, so strictNullChecks and noImplicitAny off"],
-])('libs/rate-limit/src under the tsconfig of %s (%s)', (fixture) => {
-  it(
-    'type-checks without an error',
-    async () => {
+// The two checks run at once (it.concurrent): each is one CPU-bound tsc, and the package project runs
+// beside the timing project, whose files mostly wait.
+describe('libs/rate-limit/src under the tsconfig of a consumer app', () => {
+  it.concurrent.each([
+    ['nest12-esm-express', 'strict, noImplicitOverride, noImplicitReturns'],
+    ['nest12-cjs-fastify', "Nest's default: strict off, so strictNullChecks and noImplicitAny off"],
+  ])(
+    '%s (%s): type-checks without an error',
+    async (fixture) => {
       const dir = await mkdtemp(join(tmpdir(), `nrrl-sources-${fixture}-`));
       try {
         const tsconfig = {
