@@ -78,6 +78,12 @@ function floorInterceptor(prefix: string): Type<NestInterceptor> {
 }
 
 function appModule(variant: ConcurrencyVariant, prefix: string): DynamicModule {
+  /** A variant of the library's with default options: `controller` and the module on the run's Redis. */
+  const ours = (controller: Type): DynamicModule => ({
+    module: ConcurrencyAppModule,
+    imports: [RateLimitModule.forRoot({ redis: benchRedisUrl(), keyPrefix: prefix })],
+    controllers: [controller],
+  });
   @Module({})
   class ConcurrencyAppModule {}
   switch (variant) {
@@ -114,11 +120,7 @@ function appModule(variant: ConcurrencyVariant, prefix: string): DynamicModule {
           return BODY;
         }
       }
-      return {
-        module: ConcurrencyAppModule,
-        imports: [RateLimitModule.forRoot({ redis: benchRedisUrl(), keyPrefix: prefix })],
-        controllers: [SlotsController],
-      };
+      return ours(SlotsController);
     }
     case 'rate-slot': {
       @Controller()
@@ -130,11 +132,7 @@ function appModule(variant: ConcurrencyVariant, prefix: string): DynamicModule {
           return BODY;
         }
       }
-      return {
-        module: ConcurrencyAppModule,
-        imports: [RateLimitModule.forRoot({ redis: benchRedisUrl(), keyPrefix: prefix })],
-        controllers: [RateSlotController],
-      };
+      return ours(RateSlotController);
     }
     case 'rate-slot-apart': {
       @Controller()
@@ -146,11 +144,7 @@ function appModule(variant: ConcurrencyVariant, prefix: string): DynamicModule {
           return BODY;
         }
       }
-      return {
-        module: ConcurrencyAppModule,
-        imports: [RateLimitModule.forRoot({ redis: benchRedisUrl(), keyPrefix: prefix })],
-        controllers: [RateSlotApartController],
-      };
+      return ours(RateSlotApartController);
     }
     case 'floor': {
       @Controller()
